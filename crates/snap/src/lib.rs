@@ -34,11 +34,12 @@ pub mod disasm;
 pub mod fuzzing;
 pub mod ops;
 pub mod services;
+pub mod sim;
 pub mod value;
 pub mod vm;
 pub mod wire;
 
 pub use ops::{Insn, Op};
 pub use value::{Tag, Value};
-// VM_REEXPORT
+pub use vm::{Action, End, Fault, Loc, NodeContext, Outcome, SimpleNode, Vm, VmConfig};
 pub use wire::{Packet as SnapPacket, Repr as SnapRepr, WireError};

@@ -1,1 +1,1755 @@
-//! (in progress)
+//! The SNAP interpreter: in-place, sans-I/O, with interleaved checks.
+//!
+//! [`Vm::execute`] takes a buffer holding one SNAP packet at its front and a
+//! [`NodeContext`] (this node's addresses, interface count, routes, clock and
+//! services) and returns an [`Outcome`]: the packets to transmit, the payload
+//! to deliver, and how the packet ended. It never performs I/O.
+//!
+//! # Execution in place (SNAP §VI-C)
+//! The packet's stack section is its last section, stored bottom first, so the
+//! stack simply grows toward the end of the buffer. Words keep the packet's
+//! byte order. Heap objects allocated during execution go to a second,
+//! VM-owned heap whose offsets start at the original heap's length. When the
+//! caller's buffer lacks the headroom the stack may need (4 bytes per
+//! remaining instruction), the packet is first copied into a VM-owned buffer,
+//! as the paper's kernel version does.
+//!
+//! # Memory bound (SNAP §IV-A.2)
+//! A packet of at most `mtu` bytes with `C` instructions runs `n ≤ C - entry`
+//! instructions; each pushes at most one word and allocates at most two heap
+//! words (header plus one payload word; `mktup k` allocates `k+1` words over
+//! the `k` instructions it owns). So the stack region needs at most
+//! `mtu + 4n ≤ 2·mtu` bytes and the second heap at most `8n ≤ 2·mtu` bytes:
+//! 4 × MTU in all. Both limits are also checked on every push and allocation.
+//!
+//! # Faults
+//! Any violation ends the packet with a [`Fault`]; actions produced before the
+//! fault are discarded, so a failing packet has no network effect.
+
+use crate::ops::{IMM_MASK, Insn, Op, sext25, trunc25};
+use crate::services::{Arg, MAX_ARITY, Ret, ServiceCx, ServiceError, ServiceTable, SmallBytes};
+use crate::value::{Tag, Value, code_is_ref, header, payload_words, split_header};
+use crate::wire::{HEADER_LEN, Packet, WireError};
+use core::net::Ipv4Addr;
+use core::ops::Range;
+
+/// What the VM needs to know about the node it runs on.
+pub trait NodeContext {
+    /// This node's primary address (`here`).
+    fn here(&self) -> Ipv4Addr;
+    /// Whether `a` is one of this node's addresses (`ishere`, `forw`).
+    fn is_here(&self, a: Ipv4Addr) -> bool {
+        a == self.here()
+    }
+    /// Number of interfaces: the per-packet limit on network operations.
+    fn interfaces(&self) -> u8;
+    /// Next hop toward `dest`, if there is a route.
+    fn next_hop(&self, dest: Ipv4Addr) -> Option<Ipv4Addr>;
+    /// This node's neighbours, in a stable order (`nbr`, `nnbr`).
+    fn neighbors(&self) -> &[Ipv4Addr];
+    /// Monotonic time in milliseconds.
+    fn now_ms(&self) -> u64;
+    /// Services reachable with `calls`.
+    fn services(&self) -> Option<&ServiceTable> {
+        None
+    }
+}
+
+/// A node context built from plain data, for tests, tools and simulations.
+#[derive(Debug, Clone)]
+pub struct SimpleNode {
+    /// This node's addresses; the first is `here`.
+    pub addrs: Vec<Ipv4Addr>,
+    /// Interface count.
+    pub interfaces: u8,
+    /// Static routes: (destination, next hop).
+    pub routes: Vec<(Ipv4Addr, Ipv4Addr)>,
+    /// Neighbours.
+    pub neighbors: Vec<Ipv4Addr>,
+    /// Current time.
+    pub now_ms: u64,
+    /// Services.
+    pub services: ServiceTable,
+}
+
+impl SimpleNode {
+    /// A node with one address, `interfaces` interfaces and built-in services.
+    pub fn new(addr: Ipv4Addr, interfaces: u8) -> SimpleNode {
+        SimpleNode {
+            addrs: vec![addr],
+            interfaces,
+            routes: Vec::new(),
+            neighbors: Vec::new(),
+            now_ms: 0,
+            services: ServiceTable::with_builtins(),
+        }
+    }
+}
+
+impl NodeContext for SimpleNode {
+    fn here(&self) -> Ipv4Addr {
+        self.addrs.first().copied().unwrap_or(Ipv4Addr::UNSPECIFIED)
+    }
+    fn is_here(&self, a: Ipv4Addr) -> bool {
+        self.addrs.contains(&a)
+    }
+    fn interfaces(&self) -> u8 {
+        self.interfaces
+    }
+    fn next_hop(&self, dest: Ipv4Addr) -> Option<Ipv4Addr> {
+        self.routes.iter().find(|(d, _)| *d == dest).map(|(_, h)| *h)
+    }
+    fn neighbors(&self) -> &[Ipv4Addr] {
+        &self.neighbors
+    }
+    fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+    fn services(&self) -> Option<&ServiceTable> {
+        Some(&self.services)
+    }
+}
+
+/// Why a packet was ended early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Fault {
+    /// The packet failed a structural check.
+    #[error("malformed packet: {0}")]
+    Wire(#[from] WireError),
+    /// The packet, or a packet it would send, exceeds the MTU.
+    #[error("packet of {len} bytes exceeds the MTU of {mtu}")]
+    PacketTooLarge {
+        /// Length in bytes.
+        len: usize,
+        /// The limit.
+        mtu: usize,
+    },
+    /// The packet arrived with no resource bound, or tried to forward or give
+    /// a child more than it has left.
+    #[error("resource bound exhausted")]
+    ResourceBoundExhausted,
+    /// A word whose opcode is unassigned.
+    #[error("invalid opcode {code:#04x}")]
+    InvalidOpcode {
+        /// The 7-bit code.
+        code: u8,
+    },
+    /// A branch whose target is not after the branch.
+    #[error("backward branch by {offset}")]
+    BackwardBranch {
+        /// The offset that was taken.
+        offset: i64,
+    },
+    /// A branch beyond the end of the code.
+    #[error("branch target {target} beyond the code")]
+    BranchOutOfBounds {
+        /// The target index.
+        target: i64,
+    },
+    /// An instruction needed more stack values than there are.
+    #[error("stack underflow")]
+    StackUnderflow,
+    /// The stack outgrew its region (cannot happen for well-formed packets).
+    #[error("stack overflow")]
+    StackOverflow,
+    /// A heap reference or object outside the packet's heap.
+    #[error("heap reference {offset} out of bounds")]
+    HeapOutOfBounds {
+        /// The offending offset.
+        offset: u32,
+    },
+    /// An operand of the wrong type where the type matters for safety.
+    #[error("type mismatch: expected {expected}, found tag {found}")]
+    TypeMismatch {
+        /// What was expected.
+        expected: &'static str,
+        /// The tag code found.
+        found: u8,
+    },
+    /// A tuple or byte index out of range.
+    #[error("index {index} out of bounds for length {len}")]
+    IndexOutOfBounds {
+        /// The index.
+        index: i64,
+        /// The length.
+        len: u32,
+    },
+    /// Integer division or remainder by zero.
+    #[error("division by zero")]
+    DivideByZero,
+    /// A `mktup n` ran within n-1 instructions of the previous one.
+    #[error("mktup within the shadow of a previous mktup")]
+    MktupTooClose,
+    /// A `mktup n` without n-1 instructions after it.
+    #[error("mktup near the end of the code")]
+    MktupPastEnd,
+    /// An immediate outside the range its instruction accepts.
+    #[error("invalid immediate {0}")]
+    InvalidImmediate(u32),
+    /// The second heap is full (cannot happen for well-formed packets).
+    #[error("out of packet memory")]
+    OutOfMemory,
+    /// `send` with a resource bound below 1.
+    #[error("send with resource bound {0}")]
+    InvalidSendBound(i32),
+    /// More network operations than the node has interfaces.
+    #[error("more than {limit} network operations")]
+    TooManySends {
+        /// The node's limit.
+        limit: u8,
+    },
+    /// `send` with an entry point outside the code.
+    #[error("bad entry point {0}")]
+    BadEntryPoint(i32),
+    /// `demux` with a port outside 0..=65535.
+    #[error("bad port {0}")]
+    BadPort(i32),
+    /// `calls` named a service that is not registered.
+    #[error("unknown service")]
+    UnknownService,
+    /// A service refused the call.
+    #[error("service failed: {0}")]
+    ServiceFailed(ServiceError),
+}
+
+/// Every fault kind's name, in a fixed order (for counters).
+pub const FAULT_KINDS: &[&str] = &[
+    "wire",
+    "packet_too_large",
+    "resource_bound_exhausted",
+    "invalid_opcode",
+    "backward_branch",
+    "branch_out_of_bounds",
+    "stack_underflow",
+    "stack_overflow",
+    "heap_out_of_bounds",
+    "type_mismatch",
+    "index_out_of_bounds",
+    "divide_by_zero",
+    "mktup_too_close",
+    "mktup_past_end",
+    "invalid_immediate",
+    "out_of_memory",
+    "invalid_send_bound",
+    "too_many_sends",
+    "bad_entry_point",
+    "bad_port",
+    "unknown_service",
+    "service_failed",
+];
+
+impl Fault {
+    /// Index of this fault's kind in [`FAULT_KINDS`].
+    pub fn kind_index(&self) -> usize {
+        match self {
+            Fault::Wire(_) => 0,
+            Fault::PacketTooLarge { .. } => 1,
+            Fault::ResourceBoundExhausted => 2,
+            Fault::InvalidOpcode { .. } => 3,
+            Fault::BackwardBranch { .. } => 4,
+            Fault::BranchOutOfBounds { .. } => 5,
+            Fault::StackUnderflow => 6,
+            Fault::StackOverflow => 7,
+            Fault::HeapOutOfBounds { .. } => 8,
+            Fault::TypeMismatch { .. } => 9,
+            Fault::IndexOutOfBounds { .. } => 10,
+            Fault::DivideByZero => 11,
+            Fault::MktupTooClose => 12,
+            Fault::MktupPastEnd => 13,
+            Fault::InvalidImmediate(_) => 14,
+            Fault::OutOfMemory => 15,
+            Fault::InvalidSendBound(_) => 16,
+            Fault::TooManySends { .. } => 17,
+            Fault::BadEntryPoint(_) => 18,
+            Fault::BadPort(_) => 19,
+            Fault::UnknownService => 20,
+            Fault::ServiceFailed(_) => 21,
+        }
+    }
+    /// This fault's kind name (snake case, for counters and logs).
+    pub fn kind(&self) -> &'static str {
+        FAULT_KINDS[self.kind_index()]
+    }
+}
+
+/// Where the bytes of an action live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Loc {
+    /// In the caller's packet buffer (zero copy: the packet was forwarded in
+    /// place, or a payload is delivered straight from the packet's heap).
+    Input(Range<usize>),
+    /// In the outcome's own arena.
+    Arena(Range<usize>),
+}
+
+/// Why a packet is transmitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendKind {
+    /// `forw` or `forwto`: the packet itself moves on.
+    Forward,
+    /// `send`: a child packet.
+    Child,
+}
+
+/// Something the node must do with the packet's results.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Transmit a SNAP packet toward `dest` (the node picks the next hop).
+    Send {
+        /// Final destination of the packet.
+        dest: Ipv4Addr,
+        /// Forward or child.
+        kind: SendKind,
+        /// The packet bytes.
+        packet: Loc,
+    },
+    /// Deliver a payload to a local application port.
+    Deliver {
+        /// The port.
+        port: u16,
+        /// The payload bytes.
+        payload: Loc,
+    },
+}
+
+/// How a packet's execution ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// `exit`, or ran off the end of the code.
+    Exit,
+    /// `forw`/`forwto` sent the packet on.
+    Forwarded,
+    /// `demux` delivered it.
+    Delivered,
+    /// A fault ended it; no actions are produced.
+    Fault {
+        /// What went wrong.
+        fault: Fault,
+        /// Index of the faulting instruction, if execution had started.
+        pc: Option<u16>,
+    },
+}
+
+/// The result of executing one packet.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    actions: Vec<Action>,
+    arena: Vec<u8>,
+    /// The packet's `print` output, if any.
+    pub log: String,
+    /// How execution ended.
+    pub end: End,
+    /// Instructions executed.
+    pub executed: u32,
+    /// Highest stack depth reached, in words.
+    pub max_stack: u32,
+    /// Words allocated in the second heap.
+    pub heap_alloc: u32,
+    /// Network operations performed (`forw`, `forwto`, `send`, `demux`).
+    pub net_ops: u8,
+    /// Resource bound in the header on arrival.
+    pub rb_in: u16,
+    /// Resource bound given to children with `send`.
+    pub rb_given: u32,
+    /// Resource bound left with the packet itself (carried on by `forw`).
+    pub rb_left: u16,
+}
+
+impl Default for Outcome {
+    fn default() -> Self {
+        Outcome {
+            actions: Vec::with_capacity(8),
+            arena: Vec::new(),
+            log: String::new(),
+            end: End::Exit,
+            executed: 0,
+            max_stack: 0,
+            heap_alloc: 0,
+            net_ops: 0,
+            rb_in: 0,
+            rb_given: 0,
+            rb_left: 0,
+        }
+    }
+}
+
+impl Outcome {
+    fn reset(&mut self) {
+        self.actions.clear();
+        self.arena.clear();
+        self.log.clear();
+        self.end = End::Exit;
+        self.executed = 0;
+        self.max_stack = 0;
+        self.heap_alloc = 0;
+        self.net_ops = 0;
+        self.rb_in = 0;
+        self.rb_given = 0;
+        self.rb_left = 0;
+    }
+    /// The actions, in the order the program performed them.
+    pub fn actions(&self) -> &[Action] {
+        &self.actions
+    }
+    /// The bytes at `loc`; `input` is the buffer passed to [`Vm::execute`].
+    pub fn bytes<'a>(&'a self, loc: &Loc, input: &'a [u8]) -> &'a [u8] {
+        match loc {
+            Loc::Input(r) => input.get(r.clone()).unwrap_or(&[]),
+            Loc::Arena(r) => self.arena.get(r.clone()).unwrap_or(&[]),
+        }
+    }
+    /// The fault, if the packet faulted.
+    pub fn fault(&self) -> Option<Fault> {
+        match self.end {
+            End::Fault { fault, .. } => Some(fault),
+            _ => None,
+        }
+    }
+}
+
+/// VM limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VmConfig {
+    /// Largest SNAP packet accepted or produced, in bytes.
+    pub mtu: usize,
+}
+
+impl Default for VmConfig {
+    fn default() -> Self {
+        VmConfig { mtu: DEFAULT_MTU }
+    }
+}
+
+/// Default SNAP MTU: an Ethernet payload less IPv4, UDP and ANEP headers.
+pub const DEFAULT_MTU: usize = 1400;
+
+/// Receives one call per executed instruction when tracing.
+pub trait Tracer {
+    /// Whether tracing is on; when `false` the calls compile away.
+    const ENABLED: bool;
+    /// Called after instruction `pc` executed (also after the faulting one).
+    fn step(&mut self, pc: usize, insn: Result<Insn, u32>, view: &TraceView<'_>);
+}
+
+/// The tracer that does nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoTrace;
+impl Tracer for NoTrace {
+    const ENABLED: bool = false;
+    fn step(&mut self, _: usize, _: Result<Insn, u32>, _: &TraceView<'_>) {}
+}
+
+/// A read-only look at the machine state, for tracers.
+#[derive(Debug)]
+pub struct TraceView<'a> {
+    buf: &'a [u8],
+    le: bool,
+    heap_start: usize,
+    h0: u32,
+    scratch: &'a [u32],
+    stack_start: usize,
+    sp: usize,
+    /// Remaining resource bound.
+    pub rb: u16,
+    /// The fault, if this step faulted.
+    pub fault: Option<Fault>,
+}
+
+impl TraceView<'_> {
+    fn word(&self, at: usize) -> Option<u32> {
+        let b = self.buf.get(at..)?.first_chunk::<4>()?;
+        Some(if self.le { u32::from_le_bytes(*b) } else { u32::from_be_bytes(*b) })
+    }
+    /// Stack depth in words.
+    pub fn depth(&self) -> usize {
+        (self.sp - self.stack_start) / 4
+    }
+    /// The stack, bottom first.
+    pub fn stack(&self) -> Vec<Value> {
+        (0..self.depth()).filter_map(|i| self.word(self.stack_start + 4 * i).map(Value)).collect()
+    }
+    fn heap_word(&self, off: u32) -> Option<u32> {
+        if off < self.h0 {
+            self.word(self.heap_start + 4 * off as usize)
+        } else {
+            self.scratch.get((off - self.h0) as usize).copied()
+        }
+    }
+    /// Renders a value, resolving heap objects (addresses, floats, short blobs).
+    pub fn render(&self, v: Value) -> String {
+        let Some(tag) = v.tag() else { return format!("{v:?}") };
+        if !tag.is_ref() {
+            return format!("{v:?}");
+        }
+        let off = v.datum();
+        let Some(h) = self.heap_word(off) else { return format!("{v:?}!") };
+        let (_, len) = split_header(h);
+        match tag {
+            Tag::Addr => self.heap_word(off + 1).map_or(format!("{v:?}!"), |w| Ipv4Addr::from(w).to_string()),
+            Tag::Float => self.heap_word(off + 1).map_or(format!("{v:?}!"), |w| format!("{:?}", f32::from_bits(w))),
+            Tag::Blob | Tag::Str => {
+                let mut s = Vec::new();
+                for i in 0..len.min(24) {
+                    match self.heap_word(off + 1 + i / 4) {
+                        Some(w) => s.push(w.to_be_bytes()[(i % 4) as usize]),
+                        None => break,
+                    }
+                }
+                let more = if len > 24 { "…" } else { "" };
+                format!("{}{:?}{more}", if tag == Tag::Blob { "blob" } else { "" }, String::from_utf8_lossy(&s))
+            }
+            Tag::Tuple => format!("tuple@{off}[{len}]"),
+            _ => format!("{v:?}"),
+        }
+    }
+}
+
+/// Byte order of a packet's program words.
+trait Endian {
+    const LITTLE: bool;
+    fn get(b: [u8; 4]) -> u32;
+    fn put(v: u32) -> [u8; 4];
+}
+struct Be;
+struct Le;
+impl Endian for Be {
+    const LITTLE: bool = false;
+    #[inline(always)]
+    fn get(b: [u8; 4]) -> u32 {
+        u32::from_be_bytes(b)
+    }
+    #[inline(always)]
+    fn put(v: u32) -> [u8; 4] {
+        v.to_be_bytes()
+    }
+}
+impl Endian for Le {
+    const LITTLE: bool = true;
+    #[inline(always)]
+    fn get(b: [u8; 4]) -> u32 {
+        u32::from_le_bytes(b)
+    }
+    #[inline(always)]
+    fn put(v: u32) -> [u8; 4] {
+        v.to_le_bytes()
+    }
+}
+
+#[inline(always)]
+fn rd<E: Endian>(buf: &[u8], at: usize) -> Option<u32> {
+    Some(E::get(*buf.get(at..)?.first_chunk::<4>()?))
+}
+
+#[inline(always)]
+fn wr<E: Endian>(buf: &mut [u8], at: usize, v: u32) -> Option<()> {
+    buf.get_mut(at..)?.first_chunk_mut::<4>()?.copy_from_slice(&E::put(v));
+    Some(())
+}
+
+/// Header fields the interpreter keeps in registers.
+#[derive(Debug, Clone, Copy)]
+struct Hdr {
+    entry: usize,
+    code_len: usize,
+    h0: u32,
+    heap_start: usize,
+    stack_start: usize,
+    len: usize,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    port: u16,
+    flags: u8,
+}
+
+/// Scratch state of the copying pass that builds child packets (SNAP §VI-D).
+#[derive(Debug, Default, Clone)]
+struct Gc {
+    /// Forwarding table: new offset of a copied object, valid when
+    /// `stamp[off] == epoch`.
+    fwd: Vec<u32>,
+    stamp: Vec<u32>,
+    epoch: u32,
+    heap: Vec<u32>,
+    stack: Vec<u32>,
+    fixups: Vec<(usize, u32)>,
+}
+
+/// The SNAP virtual machine. Reuse one per thread: it keeps its buffers, so
+/// steady-state execution allocates nothing.
+#[derive(Debug, Clone)]
+pub struct Vm {
+    cfg: VmConfig,
+    scratch: Vec<u32>,
+    work: Vec<u8>,
+    gc: Gc,
+    out: Outcome,
+}
+
+impl Default for Vm {
+    fn default() -> Self {
+        Vm::new(VmConfig::default())
+    }
+}
+
+/// Result of the interpreter loop.
+type Run = Result<End, (Fault, Option<u16>)>;
+
+impl Vm {
+    /// A VM with the given limits.
+    pub fn new(cfg: VmConfig) -> Vm {
+        let words = cfg.mtu / 2;
+        Vm {
+            cfg,
+            scratch: Vec::with_capacity(words),
+            work: vec![0; 2 * cfg.mtu + HEADER_LEN],
+            gc: Gc::default(),
+            out: Outcome::default(),
+        }
+    }
+
+    /// The limits.
+    pub fn config(&self) -> VmConfig {
+        self.cfg
+    }
+
+    /// Bytes of buffer an in-place execution of a packet of `len` bytes with
+    /// `code_len` instructions may touch (packet plus stack growth).
+    pub fn buffer_need(len: usize, code_len: usize) -> usize {
+        len + 4 * code_len
+    }
+
+    /// Executes the packet in `buf[..len]` on the node `ctx`.
+    ///
+    /// `buf` may be longer than the packet; execution in place uses the room
+    /// after it for the stack. The header's resource bound is decremented in
+    /// `buf`. Returns the outcome, valid until the next call.
+    pub fn execute<C: NodeContext>(&mut self, buf: &mut [u8], len: usize, ctx: &C) -> &Outcome {
+        self.execute_traced(buf, len, ctx, &mut NoTrace)
+    }
+
+    /// [`execute`](Self::execute) with a per-instruction tracer.
+    pub fn execute_traced<C: NodeContext, T: Tracer>(
+        &mut self,
+        buf: &mut [u8],
+        len: usize,
+        ctx: &C,
+        tr: &mut T,
+    ) -> &Outcome {
+        self.out.reset();
+        self.scratch.clear();
+        let r = self.start(buf, len, ctx, tr);
+        self.out.end = match r {
+            Ok(end) => end,
+            Err((fault, pc)) => {
+                self.out.actions.clear();
+                self.out.arena.clear();
+                End::Fault { fault, pc }
+            }
+        };
+        &self.out
+    }
+
+    fn start<C: NodeContext, T: Tracer>(&mut self, buf: &mut [u8], len: usize, ctx: &C, tr: &mut T) -> Run {
+        let len = len.min(buf.len());
+        let p = Packet::new_checked(&buf[..len]).map_err(|e| (Fault::Wire(e), None))?;
+        if p.total_len() != len {
+            return Err((Fault::Wire(WireError::TrailingBytes { extra: len - p.total_len() }), None));
+        }
+        if len > self.cfg.mtu {
+            return Err((Fault::PacketTooLarge { len, mtu: self.cfg.mtu }, None));
+        }
+        let rb = p.resource_bound();
+        self.out.rb_in = rb;
+        if rb == 0 {
+            return Err((Fault::ResourceBoundExhausted, None));
+        }
+        let hdr = Hdr {
+            entry: p.entry() as usize,
+            code_len: p.code_len() as usize,
+            h0: p.heap_len() as u32,
+            heap_start: p.heap_start(),
+            stack_start: p.stack_start(),
+            len,
+            src: p.src(),
+            dst: p.dst(),
+            port: p.port(),
+            flags: p.flags(),
+        };
+        let le = p.little_endian();
+        // SNAP §IV-A.3: the resource bound is decremented upon reception.
+        Packet::new_unchecked(&mut buf[..len]).set_resource_bound(rb - 1);
+        let need = Vm::buffer_need(len, hdr.code_len - hdr.entry);
+        if buf.len() >= need {
+            let limit = need;
+            if le {
+                self.run::<Le, C, T>(buf, hdr, rb - 1, limit, ctx, tr)
+            } else {
+                self.run::<Be, C, T>(buf, hdr, rb - 1, limit, ctx, tr)
+            }
+        } else {
+            // Not enough headroom: copy into our own buffer (SNAP §VI-C).
+            let mut work = core::mem::take(&mut self.work);
+            if work.len() < need {
+                work.resize(need, 0);
+            }
+            work[..len].copy_from_slice(&buf[..len]);
+            let r = if le {
+                self.run::<Le, C, T>(&mut work, hdr, rb - 1, need, ctx, tr)
+            } else {
+                self.run::<Be, C, T>(&mut work, hdr, rb - 1, need, ctx, tr)
+            };
+            // Actions may point into `work`: move those bytes to the arena.
+            for a in self.out.actions.iter_mut() {
+                let loc = match a {
+                    Action::Send { packet, .. } => packet,
+                    Action::Deliver { payload, .. } => payload,
+                };
+                if let Loc::Input(r) = loc {
+                    let start = self.out.arena.len();
+                    self.out.arena.extend_from_slice(work.get(r.clone()).unwrap_or(&[]));
+                    *loc = Loc::Arena(start..self.out.arena.len());
+                }
+            }
+            self.work = work;
+            r
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn run<E: Endian, C: NodeContext, T: Tracer>(
+        &mut self,
+        buf: &mut [u8],
+        hdr: Hdr,
+        mut rb: u16,
+        limit: usize,
+        ctx: &C,
+        tr: &mut T,
+    ) -> Run {
+        let code_len = hdr.code_len;
+        let sb = hdr.stack_start;
+        let mut sp = hdr.len;
+        let mut pc = hdr.entry;
+        let h0 = hdr.h0;
+        // Second heap: at most two words per instruction that can still run.
+        let heap_cap = 2 * (code_len - hdr.entry);
+        let max_ops = ctx.interfaces();
+        let mut ops: u8 = 0;
+        let mut fence = 0usize;
+        let mut executed = 0u32;
+        let mut max_sp = sp;
+        let scratch = &mut self.scratch;
+        let out = &mut self.out;
+
+        macro_rules! fail {
+            ($f:expr) => {{
+                let f = $f;
+                if T::ENABLED {
+                    let view = TraceView {
+                        buf,
+                        le: E::LITTLE,
+                        heap_start: hdr.heap_start,
+                        h0,
+                        scratch,
+                        stack_start: sb,
+                        sp,
+                        rb,
+                        fault: Some(f),
+                    };
+                    let w = rd::<E>(buf, HEADER_LEN + 4 * pc.saturating_sub(1)).unwrap_or(0);
+                    tr.step(pc.saturating_sub(1), Insn::decode(w).map_err(|_| w), &view);
+                }
+                out.executed = executed;
+                return Err((f, Some(pc.saturating_sub(1) as u16)));
+            }};
+        }
+        macro_rules! pop {
+            () => {{
+                if sp <= sb {
+                    fail!(Fault::StackUnderflow)
+                }
+                sp -= 4;
+                match rd::<E>(buf, sp) {
+                    Some(w) => Value(w),
+                    None => fail!(Fault::StackUnderflow),
+                }
+            }};
+        }
+        macro_rules! push {
+            ($v:expr) => {{
+                let v: Value = $v;
+                if sp + 4 > limit || wr::<E>(buf, sp, v.0).is_none() {
+                    fail!(Fault::StackOverflow)
+                }
+                sp += 4;
+            }};
+        }
+        macro_rules! int {
+            () => {
+                pop!().as_int()
+            };
+        }
+        // Heap word at offset `off` (original heap or second heap).
+        macro_rules! hword {
+            ($off:expr) => {{
+                let off: u32 = $off;
+                let w = if off < h0 {
+                    rd::<E>(buf, hdr.heap_start + 4 * off as usize)
+                } else {
+                    scratch.get((off - h0) as usize).copied()
+                };
+                match w {
+                    Some(w) => w,
+                    None => fail!(Fault::HeapOutOfBounds { offset: off }),
+                }
+            }};
+        }
+        // Header of the object `v` refers to, checking type and extent.
+        macro_rules! object {
+            ($v:expr, $want:expr, $name:literal) => {{
+                let v: Value = $v;
+                let tc = v.tag_code();
+                if !$want.contains(&tc) {
+                    fail!(Fault::TypeMismatch { expected: $name, found: tc as u8 })
+                }
+                let off = v.datum();
+                let hw = hword!(off);
+                let (ty, len) = split_header(hw);
+                if ty != tc {
+                    fail!(Fault::TypeMismatch { expected: $name, found: ty as u8 })
+                }
+                let pw = payload_words(hw).unwrap_or(0);
+                let end = off as u64 + 1 + pw as u64;
+                let region_end = if off < h0 { h0 as u64 } else { h0 as u64 + scratch.len() as u64 };
+                if end > region_end {
+                    fail!(Fault::HeapOutOfBounds { offset: off })
+                }
+                (off, len)
+            }};
+        }
+        macro_rules! addr {
+            () => {{
+                let (off, _) = object!(pop!(), [Tag::Addr as u32], "addr");
+                Ipv4Addr::from(hword!(off + 1))
+            }};
+        }
+        macro_rules! float {
+            () => {{
+                let (off, _) = object!(pop!(), [Tag::Float as u32], "float");
+                f32::from_bits(hword!(off + 1))
+            }};
+        }
+        macro_rules! blob {
+            () => {
+                object!(pop!(), [Tag::Blob as u32, Tag::Str as u32], "blob or str")
+            };
+        }
+        macro_rules! byte {
+            ($off:expr, $i:expr) => {{
+                let i: u32 = $i;
+                hword!($off + 1 + i / 4).to_be_bytes()[(i % 4) as usize]
+            }};
+        }
+        macro_rules! alloc {
+            ($tag:expr, $word:expr) => {{
+                if scratch.len() + 2 > heap_cap {
+                    fail!(Fault::OutOfMemory)
+                }
+                let off = h0 + scratch.len() as u32;
+                scratch.push(header($tag, 1));
+                scratch.push($word);
+                Value::heap($tag, off)
+            }};
+        }
+        macro_rules! push_addr {
+            ($a:expr) => {{
+                let a: Ipv4Addr = $a;
+                let v = alloc!(Tag::Addr, u32::from(a));
+                push!(v)
+            }};
+        }
+        macro_rules! push_float {
+            ($x:expr) => {{
+                let x: f32 = $x;
+                let v = alloc!(Tag::Float, x.to_bits());
+                push!(v)
+            }};
+        }
+        macro_rules! binop {
+            (|$a:ident, $b:ident| $e:expr) => {{
+                let $b = int!();
+                let $a = int!();
+                push!(Value::int($e))
+            }};
+        }
+        macro_rules! cmp {
+            (|$a:ident, $b:ident| $e:expr) => {{
+                let $b = int!();
+                let $a = int!();
+                push!(Value::bool($e))
+            }};
+        }
+        macro_rules! fbin {
+            (|$a:ident, $b:ident| $e:expr) => {{
+                let $b = float!();
+                let $a = float!();
+                push_float!($e)
+            }};
+        }
+        macro_rules! fcmp {
+            (|$a:ident, $b:ident| $e:expr) => {{
+                let $b = float!();
+                let $a = float!();
+                push!(Value::bool($e))
+            }};
+        }
+        macro_rules! jump {
+            ($at:expr, $off:expr) => {{
+                let off: i64 = $off;
+                if off < 1 {
+                    fail!(Fault::BackwardBranch { offset: off })
+                }
+                let target = $at as i64 + off;
+                if target > code_len as i64 {
+                    fail!(Fault::BranchOutOfBounds { target })
+                }
+                pc = target as usize;
+            }};
+        }
+        macro_rules! netop {
+            () => {{
+                if ops >= max_ops {
+                    fail!(Fault::TooManySends { limit: max_ops })
+                }
+                ops += 1;
+            }};
+        }
+        macro_rules! finish {
+            ($end:expr) => {{
+                out.executed = executed;
+                out.max_stack = ((max_sp.max(sp) - sb) / 4) as u32;
+                out.heap_alloc = scratch.len() as u32;
+                out.net_ops = ops;
+                out.rb_left = rb;
+                return Ok($end);
+            }};
+        }
+
+        loop {
+            if pc >= code_len {
+                finish!(End::Exit)
+            }
+            let at = pc;
+            let w = match rd::<E>(buf, HEADER_LEN + 4 * at) {
+                Some(w) => w,
+                None => fail!(Fault::HeapOutOfBounds { offset: 0 }),
+            };
+            pc += 1;
+            executed += 1;
+            if sp > max_sp {
+                max_sp = sp;
+            }
+            let imm = w & IMM_MASK;
+            let Some(op) = Op::from_code((w >> 25) as u8) else {
+                fail!(Fault::InvalidOpcode { code: (w >> 25) as u8 })
+            };
+            match op {
+                Op::Nop => {}
+                Op::Push => push!(Value(imm)),
+                Op::PushB => {
+                    if imm > 1 {
+                        fail!(Fault::InvalidImmediate(imm))
+                    }
+                    push!(Value::bool(imm != 0))
+                }
+                Op::PushU => push!(Value::UNIT),
+                Op::PushH => {
+                    if imm >= h0 {
+                        fail!(Fault::HeapOutOfBounds { offset: imm })
+                    }
+                    let (ty, _) = split_header(hword!(imm));
+                    if !code_is_ref(ty) {
+                        fail!(Fault::TypeMismatch { expected: "heap object", found: ty as u8 })
+                    }
+                    push!(Value((ty << 25) | imm))
+                }
+                Op::Pop => {
+                    pop!();
+                }
+                Op::PopI => {
+                    let n = 4 * imm as usize;
+                    if sp - sb < n {
+                        fail!(Fault::StackUnderflow)
+                    }
+                    sp -= n;
+                }
+                Op::Pull => {
+                    let d = 4 * (imm as usize + 1);
+                    if sp - sb < d {
+                        fail!(Fault::StackUnderflow)
+                    }
+                    let v = match rd::<E>(buf, sp - d) {
+                        Some(v) => v,
+                        None => fail!(Fault::StackUnderflow),
+                    };
+                    push!(Value(v))
+                }
+                Op::Store => {
+                    let v = pop!();
+                    let d = 4 * (imm as usize + 1);
+                    if sp - sb < d {
+                        fail!(Fault::StackUnderflow)
+                    }
+                    if wr::<E>(buf, sp - d, v.0).is_none() {
+                        fail!(Fault::StackUnderflow)
+                    }
+                }
+                Op::Slide => {
+                    let v = pop!();
+                    let n = 4 * imm as usize;
+                    if sp - sb < n {
+                        fail!(Fault::StackUnderflow)
+                    }
+                    sp -= n;
+                    push!(v)
+                }
+                Op::Swap => {
+                    let b = pop!();
+                    let a = pop!();
+                    push!(b);
+                    push!(a)
+                }
+                // ---- network control ----
+                Op::Forw | Op::ForwTo => {
+                    let (dest, src) = if op == Op::Forw { (hdr.dst, hdr.src) } else { (addr!(), ctx.here()) };
+                    if ctx.is_here(dest) {
+                        continue_trace::<E, T>(tr, at, w, buf, &hdr, scratch, sp, rb);
+                        continue;
+                    }
+                    netop!();
+                    if rb == 0 {
+                        fail!(Fault::ResourceBoundExhausted)
+                    }
+                    let depth = (sp - sb) / 4;
+                    let needs_copy = (0..depth)
+                        .any(|i| rd::<E>(buf, sb + 4 * i).is_some_and(|w| Value(w).is_ref() && Value(w).datum() >= h0));
+                    if needs_copy {
+                        let child = ChildSpec { dest, src, entry: hdr.entry as u16, rb, stack_words: depth };
+                        let loc = match build_child::<E>(&mut self.gc, out, buf, &hdr, scratch, sp, child, self.cfg.mtu)
+                        {
+                            Ok(l) => l,
+                            Err(f) => fail!(f),
+                        };
+                        out.actions.push(Action::Send { dest, kind: SendKind::Forward, packet: loc });
+                    } else {
+                        let total = sp;
+                        if total > self.cfg.mtu || depth > u16::MAX as usize {
+                            fail!(Fault::PacketTooLarge { len: total, mtu: self.cfg.mtu })
+                        }
+                        let mut p = Packet::new_unchecked(&mut buf[..total]);
+                        p.set_resource_bound(rb);
+                        p.set_stack_len(depth as u16);
+                        p.set_dst(dest);
+                        p.set_src(src);
+                        out.actions.push(Action::Send { dest, kind: SendKind::Forward, packet: Loc::Input(0..total) });
+                    }
+                    continue_trace::<E, T>(tr, at, w, buf, &hdr, scratch, sp, rb);
+                    finish!(End::Forwarded)
+                }
+                Op::Send => {
+                    let dest = addr!();
+                    let r = int!();
+                    let s = int!();
+                    let ep = int!();
+                    netop!();
+                    if ep < 0 || ep as usize >= code_len {
+                        fail!(Fault::BadEntryPoint(ep))
+                    }
+                    if s < 0 || s as usize > (sp - sb) / 4 {
+                        fail!(Fault::StackUnderflow)
+                    }
+                    if r < 1 {
+                        fail!(Fault::InvalidSendBound(r))
+                    }
+                    if r > rb as i32 {
+                        fail!(Fault::ResourceBoundExhausted)
+                    }
+                    let child =
+                        ChildSpec { dest, src: ctx.here(), entry: ep as u16, rb: r as u16, stack_words: s as usize };
+                    let loc = match build_child::<E>(&mut self.gc, out, buf, &hdr, scratch, sp, child, self.cfg.mtu) {
+                        Ok(l) => l,
+                        Err(f) => fail!(f),
+                    };
+                    out.actions.push(Action::Send { dest, kind: SendKind::Child, packet: loc });
+                    rb -= r as u16;
+                    out.rb_given += r as u32;
+                    push!(Value::UNIT)
+                }
+                Op::Demux => {
+                    let port = int!();
+                    let v = pop!();
+                    if !(0..=u16::MAX as i32).contains(&port) {
+                        fail!(Fault::BadPort(port))
+                    }
+                    netop!();
+                    let payload = match deliver_bytes::<E>(out, buf, &hdr, scratch, v) {
+                        Ok(l) => l,
+                        Err(f) => fail!(f),
+                    };
+                    out.actions.push(Action::Deliver { port: port as u16, payload });
+                    continue_trace::<E, T>(tr, at, w, buf, &hdr, scratch, sp, rb);
+                    finish!(End::Delivered)
+                }
+                Op::Exit => {
+                    continue_trace::<E, T>(tr, at, w, buf, &hdr, scratch, sp, rb);
+                    finish!(End::Exit)
+                }
+                // ---- flow control ----
+                Op::Bne => {
+                    if pop!().datum() != 0 {
+                        jump!(at, sext25(imm) as i64)
+                    }
+                }
+                Op::Beq => {
+                    if pop!().datum() == 0 {
+                        jump!(at, sext25(imm) as i64)
+                    }
+                }
+                Op::Ji => jump!(at, sext25(imm) as i64),
+                Op::Paj => {
+                    let v = int!() as i64;
+                    jump!(at, v + sext25(imm) as i64)
+                }
+                // ---- environment ----
+                Op::GetSrc => push_addr!(hdr.src),
+                Op::GetDst => push_addr!(hdr.dst),
+                Op::GetRb => push!(Value::int(rb as i32)),
+                Op::GetEp => push!(Value::int(hdr.entry as i32)),
+                Op::GetPort => push!(Value::int(hdr.port as i32)),
+                Op::Here => push_addr!(ctx.here()),
+                Op::IsHere => {
+                    let a = addr!();
+                    push!(Value::bool(ctx.is_here(a)))
+                }
+                Op::GetIfc => push!(Value::int(max_ops as i32)),
+                Op::NextHop => {
+                    let a = addr!();
+                    match ctx.next_hop(a) {
+                        Some(h) => push_addr!(h),
+                        None => push!(Value::UNIT),
+                    }
+                }
+                Op::Nbr => {
+                    let i = int!();
+                    match usize::try_from(i).ok().and_then(|i| ctx.neighbors().get(i)) {
+                        Some(&h) => push_addr!(h),
+                        None => push!(Value::UNIT),
+                    }
+                }
+                Op::NNbr => push!(Value::int(ctx.neighbors().len().min(1 << 20) as i32)),
+                Op::Depth => push!(Value::int(((sp - sb) / 4) as i32)),
+                // ---- integer arithmetic ----
+                Op::Add => binop!(|a, b| a.wrapping_add(b)),
+                Op::Sub => binop!(|a, b| a.wrapping_sub(b)),
+                Op::Mul => binop!(|a, b| a.wrapping_mul(b)),
+                Op::Div | Op::Mod => {
+                    let b = int!();
+                    let a = int!();
+                    if b == 0 {
+                        fail!(Fault::DivideByZero)
+                    }
+                    push!(Value::int(if op == Op::Div { a.wrapping_div(b) } else { a.wrapping_rem(b) }))
+                }
+                Op::Neg => {
+                    let a = int!();
+                    push!(Value::int(a.wrapping_neg()))
+                }
+                Op::Abs => {
+                    let a = int!();
+                    push!(Value::int(a.wrapping_abs()))
+                }
+                Op::Min => binop!(|a, b| a.min(b)),
+                Op::Max => binop!(|a, b| a.max(b)),
+                Op::AddI => {
+                    let a = int!();
+                    push!(Value::int(a.wrapping_add(sext25(imm))))
+                }
+                Op::SubI => {
+                    let a = int!();
+                    push!(Value::int(a.wrapping_sub(sext25(imm))))
+                }
+                Op::MulI => {
+                    let a = int!();
+                    push!(Value::int(a.wrapping_mul(sext25(imm))))
+                }
+                Op::DivI | Op::ModI => {
+                    let b = sext25(imm);
+                    let a = int!();
+                    if b == 0 {
+                        fail!(Fault::DivideByZero)
+                    }
+                    push!(Value::int(if op == Op::DivI { a.wrapping_div(b) } else { a.wrapping_rem(b) }))
+                }
+                // ---- bitwise ----
+                Op::And => binop!(|a, b| a & b),
+                Op::Or => binop!(|a, b| a | b),
+                Op::Xor => binop!(|a, b| a ^ b),
+                Op::Not => {
+                    let a = int!();
+                    push!(Value::int(!a))
+                }
+                Op::Shl => binop!(|a, b| a.wrapping_shl(b as u32 & 31)),
+                Op::Shr => binop!(|a, b| a >> (b as u32 & 31)),
+                Op::ShrU => binop!(|a, b| (trunc25(a) >> (b as u32 & 31)) as i32),
+                Op::AndI => {
+                    let a = int!();
+                    push!(Value::int(a & sext25(imm)))
+                }
+                Op::OrI => {
+                    let a = int!();
+                    push!(Value::int(a | sext25(imm)))
+                }
+                Op::XorI => {
+                    let a = int!();
+                    push!(Value::int(a ^ sext25(imm)))
+                }
+                Op::ShlI => {
+                    let a = int!();
+                    push!(Value::int(a.wrapping_shl(imm & 31)))
+                }
+                Op::ShrI => {
+                    let a = int!();
+                    push!(Value::int(a >> (imm & 31)))
+                }
+                Op::LNot => {
+                    let a = pop!();
+                    push!(Value::bool(a.datum() == 0))
+                }
+                // ---- relational ----
+                Op::Eq | Op::Neq => {
+                    let b = pop!();
+                    let a = pop!();
+                    let same = if a.tag_code() != b.tag_code() {
+                        false
+                    } else if a.0 == b.0 {
+                        true
+                    } else {
+                        match a.tag() {
+                            Some(Tag::Addr) => {
+                                let (oa, _) = object!(a, [Tag::Addr as u32], "addr");
+                                let (ob, _) = object!(b, [Tag::Addr as u32], "addr");
+                                hword!(oa + 1) == hword!(ob + 1)
+                            }
+                            Some(Tag::Float) => {
+                                let (oa, _) = object!(a, [Tag::Float as u32], "float");
+                                let (ob, _) = object!(b, [Tag::Float as u32], "float");
+                                f32::from_bits(hword!(oa + 1)) == f32::from_bits(hword!(ob + 1))
+                            }
+                            _ => false,
+                        }
+                    };
+                    push!(Value::bool(same == (op == Op::Eq)))
+                }
+                Op::Lt => cmp!(|a, b| a < b),
+                Op::Le => cmp!(|a, b| a <= b),
+                Op::Gt => cmp!(|a, b| a > b),
+                Op::Ge => cmp!(|a, b| a >= b),
+                Op::EqI => {
+                    let a = int!();
+                    push!(Value::bool(a == sext25(imm)))
+                }
+                Op::NeqI => {
+                    let a = int!();
+                    push!(Value::bool(a != sext25(imm)))
+                }
+                Op::LtI => {
+                    let a = int!();
+                    push!(Value::bool(a < sext25(imm)))
+                }
+                Op::LeI => {
+                    let a = int!();
+                    push!(Value::bool(a <= sext25(imm)))
+                }
+                Op::GtI => {
+                    let a = int!();
+                    push!(Value::bool(a > sext25(imm)))
+                }
+                Op::GeI => {
+                    let a = int!();
+                    push!(Value::bool(a >= sext25(imm)))
+                }
+                // ---- floating point ----
+                Op::FAdd => fbin!(|a, b| a + b),
+                Op::FSub => fbin!(|a, b| a - b),
+                Op::FMul => fbin!(|a, b| a * b),
+                Op::FDiv => fbin!(|a, b| a / b),
+                Op::FNeg => {
+                    let a = float!();
+                    push_float!(-a)
+                }
+                Op::FLt => fcmp!(|a, b| a < b),
+                Op::FLe => fcmp!(|a, b| a <= b),
+                Op::FEq => fcmp!(|a, b| a == b),
+                Op::IToF => {
+                    let a = int!();
+                    push_float!(a as f32)
+                }
+                Op::FToI => {
+                    let a = float!();
+                    let i = if a.is_nan() { 0 } else { (a as i64).clamp(IMM_MIN64, IMM_MAX64) as i32 };
+                    push!(Value::int(i))
+                }
+                // ---- addresses ----
+                Op::AMask => {
+                    if imm > 32 {
+                        fail!(Fault::InvalidImmediate(imm))
+                    }
+                    let a = addr!();
+                    push_addr!(Ipv4Addr::from(u32::from(a) & prefix_mask(imm)))
+                }
+                Op::AMatch => {
+                    if imm > 32 {
+                        fail!(Fault::InvalidImmediate(imm))
+                    }
+                    let b = addr!();
+                    let a = addr!();
+                    push!(Value::bool((u32::from(a) ^ u32::from(b)) & prefix_mask(imm) == 0))
+                }
+                Op::AOctet => {
+                    if imm > 3 {
+                        fail!(Fault::InvalidImmediate(imm))
+                    }
+                    let a = addr!();
+                    push!(Value::int(a.octets()[imm as usize] as i32))
+                }
+                Op::MkAddr => {
+                    let d = int!();
+                    let c = int!();
+                    let b = int!();
+                    let a = int!();
+                    push_addr!(Ipv4Addr::new(a as u8, b as u8, c as u8, d as u8))
+                }
+                // ---- tuples and types ----
+                Op::MkTup => {
+                    let n = imm as usize;
+                    // SNAP §IV-A.2: mktup n must be followed by n-1 non-mktup instructions.
+                    if at < fence {
+                        fail!(Fault::MktupTooClose)
+                    }
+                    if at + n.max(1) > code_len {
+                        fail!(Fault::MktupPastEnd)
+                    }
+                    fence = at + n.max(1);
+                    if sp - sb < 4 * n {
+                        fail!(Fault::StackUnderflow)
+                    }
+                    if scratch.len() + 1 + n > heap_cap {
+                        fail!(Fault::OutOfMemory)
+                    }
+                    let off = h0 + scratch.len() as u32;
+                    scratch.push(header(Tag::Tuple, n as u32));
+                    let base = sp - 4 * n;
+                    for i in 0..n {
+                        match rd::<E>(buf, base + 4 * i) {
+                            Some(v) => scratch.push(v),
+                            None => fail!(Fault::StackUnderflow),
+                        }
+                    }
+                    sp = base;
+                    push!(Value::heap(Tag::Tuple, off))
+                }
+                Op::Nth | Op::NthX => {
+                    let i = if op == Op::Nth { imm as i64 } else { int!() as i64 };
+                    let (off, len) = object!(pop!(), [Tag::Tuple as u32], "tuple");
+                    if i < 0 || i >= len as i64 {
+                        fail!(Fault::IndexOutOfBounds { index: i, len })
+                    }
+                    push!(Value(hword!(off + 1 + i as u32)))
+                }
+                Op::TLen => {
+                    let (_, len) = object!(pop!(), [Tag::Tuple as u32], "tuple");
+                    push!(Value::int(len as i32))
+                }
+                Op::IsTag => {
+                    let v = pop!();
+                    push!(Value::bool(v.tag_code() == imm))
+                }
+                Op::TagOf => {
+                    let v = pop!();
+                    push!(Value::int(v.tag_code() as i32))
+                }
+                // ---- byte arrays ----
+                Op::BLen => {
+                    let (_, len) = blob!();
+                    push!(Value::int(len as i32))
+                }
+                Op::BGet | Op::BGetX => {
+                    let i = if op == Op::BGet { imm as i64 } else { int!() as i64 };
+                    let (off, len) = blob!();
+                    if i < 0 || i >= len as i64 {
+                        fail!(Fault::IndexOutOfBounds { index: i, len })
+                    }
+                    push!(Value::int(byte!(off, i as u32) as i32))
+                }
+                Op::BGet16 => {
+                    let (off, len) = blob!();
+                    if imm as u64 + 2 > len as u64 {
+                        fail!(Fault::IndexOutOfBounds { index: imm as i64, len })
+                    }
+                    let v = u16::from_be_bytes([byte!(off, imm), byte!(off, imm + 1)]);
+                    push!(Value::int(v as i32))
+                }
+                Op::BGetA => {
+                    let (off, len) = blob!();
+                    if imm as u64 + 4 > len as u64 {
+                        fail!(Fault::IndexOutOfBounds { index: imm as i64, len })
+                    }
+                    let a = [byte!(off, imm), byte!(off, imm + 1), byte!(off, imm + 2), byte!(off, imm + 3)];
+                    push_addr!(Ipv4Addr::from(a))
+                }
+                // ---- services ----
+                Op::Calls => {
+                    if imm >= h0 {
+                        fail!(Fault::HeapOutOfBounds { offset: imm })
+                    }
+                    let (off, len) = object!(Value::heap(Tag::Str, imm), [Tag::Str as u32], "str");
+                    if len as usize > crate::services::MAX_NAME {
+                        fail!(Fault::UnknownService)
+                    }
+                    let mut name = [0u8; crate::services::MAX_NAME];
+                    for i in 0..len {
+                        name[i as usize] = byte!(off, i);
+                    }
+                    let Some(svc) = ctx.services().and_then(|t| t.get(&name[..len as usize])) else {
+                        fail!(Fault::UnknownService)
+                    };
+                    let n = svc.arity().min(MAX_ARITY);
+                    if sp - sb < 4 * n {
+                        fail!(Fault::StackUnderflow)
+                    }
+                    let mut args = [Arg::Unit; MAX_ARITY];
+                    for i in (0..n).rev() {
+                        let v = pop!();
+                        args[i] = match v.tag() {
+                            Some(Tag::Int) => Arg::Int(v.as_int()),
+                            Some(Tag::Bool) => Arg::Bool(v.datum() != 0),
+                            Some(Tag::Unit) => Arg::Unit,
+                            Some(Tag::Addr) => {
+                                let (o, _) = object!(v, [Tag::Addr as u32], "addr");
+                                Arg::Addr(Ipv4Addr::from(hword!(o + 1)))
+                            }
+                            Some(Tag::Float) => {
+                                let (o, _) = object!(v, [Tag::Float as u32], "float");
+                                Arg::Float(f32::from_bits(hword!(o + 1)))
+                            }
+                            Some(t @ (Tag::Blob | Tag::Str)) => {
+                                let (o, l) = object!(v, [Tag::Blob as u32, Tag::Str as u32], "blob");
+                                if l as usize > crate::services::MAX_BYTES_ARG {
+                                    Arg::Opaque(t as u8)
+                                } else {
+                                    let mut b = [0u8; crate::services::MAX_BYTES_ARG];
+                                    for j in 0..l {
+                                        b[j as usize] = byte!(o, j);
+                                    }
+                                    SmallBytes::new(&b[..l as usize]).map_or(Arg::Opaque(t as u8), |s| Arg::Bytes(t, s))
+                                }
+                            }
+                            _ => Arg::Opaque(v.tag_code() as u8),
+                        };
+                    }
+                    let mut cx =
+                        ServiceCx { now_ms: ctx.now_ms(), here: ctx.here(), interfaces: max_ops, log: &mut out.log };
+                    match svc.call(&mut cx, &args[..n]) {
+                        Ok(Ret::Int(i)) => push!(Value::int(i)),
+                        Ok(Ret::Bool(b)) => push!(Value::bool(b)),
+                        Ok(Ret::Unit) => push!(Value::UNIT),
+                        Ok(Ret::Addr(a)) => push_addr!(a),
+                        Ok(Ret::Float(x)) => push_float!(x),
+                        Err(e) => fail!(Fault::ServiceFailed(e)),
+                    }
+                }
+            }
+            continue_trace::<E, T>(tr, at, w, buf, &hdr, scratch, sp, rb);
+        }
+    }
+}
+
+const IMM_MIN64: i64 = crate::ops::IMM_MIN as i64;
+const IMM_MAX64: i64 = crate::ops::IMM_MAX as i64;
+
+#[inline(always)]
+fn prefix_mask(k: u32) -> u32 {
+    if k == 0 { 0 } else { u32::MAX << (32 - k) }
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn continue_trace<E: Endian, T: Tracer>(
+    tr: &mut T,
+    pc: usize,
+    w: u32,
+    buf: &[u8],
+    hdr: &Hdr,
+    scratch: &[u32],
+    sp: usize,
+    rb: u16,
+) {
+    if T::ENABLED {
+        let view = TraceView {
+            buf,
+            le: E::LITTLE,
+            heap_start: hdr.heap_start,
+            h0: hdr.h0,
+            scratch,
+            stack_start: hdr.stack_start,
+            sp,
+            rb,
+            fault: None,
+        };
+        tr.step(pc, Insn::decode(w).map_err(|_| w), &view);
+    }
+}
+
+/// Header fields of a child or forwarded packet.
+#[derive(Debug, Clone, Copy)]
+struct ChildSpec {
+    dest: Ipv4Addr,
+    src: Ipv4Addr,
+    entry: u16,
+    rb: u16,
+    /// Number of top stack values it takes.
+    stack_words: usize,
+}
+
+/// Reads heap word `off` of the parent (original heap or second heap).
+#[inline(always)]
+fn parent_word<E: Endian>(buf: &[u8], hdr: &Hdr, scratch: &[u32], off: u32) -> Option<u32> {
+    if off < hdr.h0 {
+        rd::<E>(buf, hdr.heap_start + 4 * off as usize)
+    } else {
+        scratch.get((off - hdr.h0) as usize).copied()
+    }
+}
+
+/// Copies the object at parent offset `off` into the child heap (once), and
+/// returns its child offset.
+fn gc_copy<E: Endian>(
+    gc: &mut Gc,
+    buf: &[u8],
+    hdr: &Hdr,
+    scratch: &[u32],
+    off: u32,
+    room: usize,
+) -> Result<u32, Fault> {
+    let oob = Fault::HeapOutOfBounds { offset: off };
+    let i = off as usize;
+    if gc.stamp.get(i) == Some(&gc.epoch) {
+        return gc.fwd.get(i).copied().ok_or(oob);
+    }
+    let hw = parent_word::<E>(buf, hdr, scratch, off).ok_or(oob)?;
+    let Some(pw) = payload_words(hw) else {
+        return Err(Fault::TypeMismatch { expected: "heap object", found: (hw >> 25) as u8 });
+    };
+    let region_end = if off < hdr.h0 { hdr.h0 as u64 } else { hdr.h0 as u64 + scratch.len() as u64 };
+    if off as u64 + 1 + pw as u64 > region_end {
+        return Err(oob);
+    }
+    let new = gc.heap.len();
+    if new + 1 + pw as usize > room {
+        return Err(Fault::PacketTooLarge { len: HEADER_LEN + 4 * (new + 1 + pw as usize), mtu: 4 * room });
+    }
+    gc.heap.push(hw);
+    for k in 1..=pw {
+        gc.heap.push(parent_word::<E>(buf, hdr, scratch, off + k).ok_or(oob)?);
+    }
+    if gc.stamp.len() <= i {
+        gc.stamp.resize(i + 1, 0);
+        gc.fwd.resize(i + 1, 0);
+    }
+    gc.stamp[i] = gc.epoch;
+    gc.fwd[i] = new as u32;
+    Ok(new as u32)
+}
+
+/// Builds a child packet in the outcome arena with a copying pass that keeps
+/// only the heap reachable from the child's stack and the code's heap
+/// constants, fixing offsets (SNAP §VI-D).
+#[allow(clippy::too_many_arguments)]
+fn build_child<E: Endian>(
+    gc: &mut Gc,
+    out: &mut Outcome,
+    buf: &[u8],
+    hdr: &Hdr,
+    scratch: &[u32],
+    sp: usize,
+    spec: ChildSpec,
+    mtu: usize,
+) -> Result<Loc, Fault> {
+    gc.epoch = gc.epoch.wrapping_add(1);
+    if gc.epoch == 0 {
+        gc.stamp.iter_mut().for_each(|s| *s = 0);
+        gc.epoch = 1;
+    }
+    gc.heap.clear();
+    gc.stack.clear();
+    gc.fixups.clear();
+    let c = hdr.code_len;
+    let fixed = HEADER_LEN + 4 * (c + spec.stack_words);
+    if fixed > mtu {
+        return Err(Fault::PacketTooLarge { len: fixed, mtu });
+    }
+    let room = (mtu - fixed) / 4;
+    // Roots 1: the child's stack, bottom first.
+    let base = sp - 4 * spec.stack_words;
+    for i in 0..spec.stack_words {
+        let w = rd::<E>(buf, base + 4 * i).ok_or(Fault::StackUnderflow)?;
+        let v = Value(w);
+        let nw = if v.is_ref() {
+            let n = gc_copy::<E>(gc, buf, hdr, scratch, v.datum(), room)?;
+            (w & !IMM_MASK) | n
+        } else {
+            w
+        };
+        gc.stack.push(nw);
+    }
+    // Roots 2: heap constants named by the code (`pushh`, `calls`).
+    for i in 0..c {
+        let w = rd::<E>(buf, HEADER_LEN + 4 * i).unwrap_or(0);
+        let code = (w >> 25) as u8;
+        if code == Op::PushH as u8 || code == Op::Calls as u8 {
+            let imm = w & IMM_MASK;
+            // A constant that does not name a valid object is left as is: it
+            // faults if it ever executes.
+            if imm < hdr.h0
+                && let Ok(n) = gc_copy::<E>(gc, buf, hdr, scratch, imm, room)
+            {
+                gc.fixups.push((i, (w & !IMM_MASK) | n));
+            }
+        }
+    }
+    // Cheney scan: tuples may hold references.
+    let mut scan = 0;
+    while scan < gc.heap.len() {
+        let hw = gc.heap[scan];
+        let (ty, len) = split_header(hw);
+        let pw = payload_words(hw).unwrap_or(0) as usize;
+        if ty == Tag::Tuple as u32 {
+            for j in 0..len as usize {
+                let w = gc.heap[scan + 1 + j];
+                if code_is_ref(w >> 25) {
+                    let n = gc_copy::<E>(gc, buf, hdr, scratch, w & IMM_MASK, room)?;
+                    gc.heap[scan + 1 + j] = (w & !IMM_MASK) | n;
+                }
+            }
+        }
+        scan += 1 + pw;
+    }
+    let h = gc.heap.len();
+    let total = fixed + 4 * h;
+    if total > mtu || h > u16::MAX as usize || spec.stack_words > u16::MAX as usize {
+        return Err(Fault::PacketTooLarge { len: total, mtu });
+    }
+    // Emit: header, code (patched), heap, stack.
+    let start = out.arena.len();
+    out.arena.resize(start + total, 0);
+    let dst = &mut out.arena[start..start + total];
+    dst[..HEADER_LEN + 4 * c].copy_from_slice(&buf[..HEADER_LEN + 4 * c]);
+    let mut p = Packet::new_unchecked(&mut dst[..]);
+    p.set_flags(hdr.flags);
+    p.set_entry(spec.entry);
+    p.set_resource_bound(spec.rb);
+    p.set_port(hdr.port);
+    p.set_src(spec.src);
+    p.set_dst(spec.dest);
+    p.set_heap_len(h as u16);
+    p.set_stack_len(spec.stack_words as u16);
+    for &(i, w) in &gc.fixups {
+        wr::<E>(dst, HEADER_LEN + 4 * i, w);
+    }
+    let mut at = HEADER_LEN + 4 * c;
+    for &w in gc.heap.iter().chain(&gc.stack) {
+        wr::<E>(dst, at, w);
+        at += 4;
+    }
+    Ok(Loc::Arena(start..start + total))
+}
+
+/// The bytes `demux` delivers for value `v` (see docs/snap.md, "Delivery").
+fn deliver_bytes<E: Endian>(out: &mut Outcome, buf: &[u8], hdr: &Hdr, scratch: &[u32], v: Value) -> Result<Loc, Fault> {
+    let start = out.arena.len();
+    match v.tag() {
+        Some(Tag::Blob | Tag::Str) => {
+            let (off, len) = obj_extent::<E>(buf, hdr, scratch, v)?;
+            let first = hdr.heap_start + 4 * (off as usize + 1);
+            if !E::LITTLE && off < hdr.h0 {
+                return Ok(Loc::Input(first..first + len as usize));
+            }
+            for i in 0..len {
+                let w = parent_word::<E>(buf, hdr, scratch, off + 1 + i / 4)
+                    .ok_or(Fault::HeapOutOfBounds { offset: off })?;
+                out.arena.push(w.to_be_bytes()[(i % 4) as usize]);
+            }
+        }
+        Some(Tag::Tuple) => {
+            let (off, len) = obj_extent::<E>(buf, hdr, scratch, v)?;
+            for j in 0..len {
+                let e =
+                    parent_word::<E>(buf, hdr, scratch, off + 1 + j).ok_or(Fault::HeapOutOfBounds { offset: off })?;
+                let ev = Value(e);
+                if ev.tag() == Some(Tag::Tuple) {
+                    return Err(Fault::TypeMismatch { expected: "non-tuple element", found: Tag::Tuple as u8 });
+                }
+                out.arena.push(ev.tag_code() as u8);
+                let lpos = out.arena.len();
+                out.arena.extend_from_slice(&[0, 0]);
+                scalar_bytes::<E>(out, buf, hdr, scratch, ev)?;
+                let n = (out.arena.len() - lpos - 2) as u16;
+                out.arena[lpos..lpos + 2].copy_from_slice(&n.to_be_bytes());
+            }
+        }
+        _ => scalar_bytes::<E>(out, buf, hdr, scratch, v)?,
+    }
+    Ok(Loc::Arena(start..out.arena.len()))
+}
+
+fn obj_extent<E: Endian>(buf: &[u8], hdr: &Hdr, scratch: &[u32], v: Value) -> Result<(u32, u32), Fault> {
+    let off = v.datum();
+    let oob = Fault::HeapOutOfBounds { offset: off };
+    let hw = parent_word::<E>(buf, hdr, scratch, off).ok_or(oob)?;
+    let (ty, len) = split_header(hw);
+    if ty != v.tag_code() {
+        return Err(Fault::TypeMismatch { expected: "object of the value's type", found: ty as u8 });
+    }
+    let pw = payload_words(hw).unwrap_or(0);
+    let region_end = if off < hdr.h0 { hdr.h0 as u64 } else { hdr.h0 as u64 + scratch.len() as u64 };
+    if off as u64 + 1 + pw as u64 > region_end {
+        return Err(oob);
+    }
+    Ok((off, len))
+}
+
+fn scalar_bytes<E: Endian>(out: &mut Outcome, buf: &[u8], hdr: &Hdr, scratch: &[u32], v: Value) -> Result<(), Fault> {
+    match v.tag() {
+        Some(Tag::Int) => out.arena.extend_from_slice(&v.as_int().to_be_bytes()),
+        Some(Tag::Bool) => out.arena.push((v.datum() != 0) as u8),
+        Some(Tag::Unit) => {}
+        Some(Tag::Addr | Tag::Float) => {
+            let (off, _) = obj_extent::<E>(buf, hdr, scratch, v)?;
+            let w = parent_word::<E>(buf, hdr, scratch, off + 1).ok_or(Fault::HeapOutOfBounds { offset: off })?;
+            out.arena.extend_from_slice(&w.to_be_bytes());
+        }
+        Some(Tag::Blob | Tag::Str) => {
+            let (off, len) = obj_extent::<E>(buf, hdr, scratch, v)?;
+            for i in 0..len {
+                let w = parent_word::<E>(buf, hdr, scratch, off + 1 + i / 4)
+                    .ok_or(Fault::HeapOutOfBounds { offset: off })?;
+                out.arena.push(w.to_be_bytes()[(i % 4) as usize]);
+            }
+        }
+        Some(Tag::Tuple) | None => {
+            return Err(Fault::TypeMismatch { expected: "deliverable value", found: v.tag_code() as u8 });
+        }
+    }
+    Ok(())
+}
