@@ -60,11 +60,15 @@ pub struct Network {
     pub max_steps: usize,
 }
 
-struct LineTracer<'a> {
-    lines: &'a mut Vec<String>,
+/// A tracer that renders one line per executed instruction: index,
+/// instruction, and the stack afterwards (top first).
+#[derive(Debug, Default, Clone)]
+pub struct TextTracer {
+    /// The rendered lines.
+    pub lines: Vec<String>,
 }
 
-impl Tracer for LineTracer<'_> {
+impl Tracer for TextTracer {
     const ENABLED: bool = true;
     fn step(&mut self, pc: usize, insn: Result<crate::ops::Insn, u32>, view: &crate::vm::TraceView<'_>) {
         let text = match insn {
@@ -164,9 +168,9 @@ impl Network {
             let len = bytes.len();
             let mut buf = bytes;
             buf.resize(len + 4 * len + 64, 0);
-            let mut lines = Vec::new();
+            let mut tracer = TextTracer::default();
             let out = if trace {
-                self.vm.execute_traced(&mut buf, len, node, &mut LineTracer { lines: &mut lines })
+                self.vm.execute_traced(&mut buf, len, node, &mut tracer)
             } else {
                 self.vm.execute(&mut buf, len, node)
             };
@@ -176,7 +180,7 @@ impl Network {
                 executed: out.executed,
                 rb_in: out.rb_in,
                 sends: Vec::new(),
-                trace: lines,
+                trace: tracer.lines,
             };
             for a in out.actions() {
                 match a {
