@@ -48,3 +48,12 @@ pub fn check_invariants(input: &[u8], out: &crate::vm::Outcome, interfaces: u8) 
         assert!(memory <= 4 * 1400, "execution memory {memory} above 4 x MTU");
     }
 }
+/// Assembles arbitrary text; if it assembles, checks the binary round trip
+/// through the disassembler.
+pub fn assemble(data: &[u8]) {
+    let Ok(src) = core::str::from_utf8(data) else { return };
+    let Ok(repr) = crate::asm::assemble(src) else { return };
+    let text = crate::disasm::disassemble(&repr);
+    let again = crate::asm::assemble(&text);
+    assert_eq!(again.as_ref().ok(), Some(&repr), "disassembly did not round-trip:\n{text}");
+}
