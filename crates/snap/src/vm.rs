@@ -1540,7 +1540,7 @@ fn gc_copy<E: Endian>(
     hdr: &Hdr,
     scratch: &[u32],
     off: u32,
-    room: usize,
+    (fixed, mtu): (usize, usize),
 ) -> Result<u32, Fault> {
     let oob = Fault::HeapOutOfBounds { offset: off };
     let i = off as usize;
@@ -1556,8 +1556,9 @@ fn gc_copy<E: Endian>(
         return Err(oob);
     }
     let new = gc.heap.len();
-    if new + 1 + pw as usize > room {
-        return Err(Fault::PacketTooLarge { len: HEADER_LEN + 4 * (new + 1 + pw as usize), mtu: 4 * room });
+    let len = fixed + 4 * (new + 1 + pw as usize);
+    if len > mtu {
+        return Err(Fault::PacketTooLarge { len, mtu });
     }
     gc.heap.push(hw);
     for k in 1..=pw {
@@ -1599,7 +1600,7 @@ fn build_child<E: Endian>(
     if fixed > mtu {
         return Err(Fault::PacketTooLarge { len: fixed, mtu });
     }
-    let room = (mtu - fixed) / 4;
+    let room = (fixed, mtu);
     // Roots 1: the child's stack, bottom first.
     let base = sp - 4 * spec.stack_words;
     for i in 0..spec.stack_words {
