@@ -390,11 +390,7 @@ impl Insn {
             ImmKind::Bool => value == 0 || value == 1,
             ImmKind::Tag => (0..128).contains(&value),
         };
-        if ok {
-            Ok(Insn { op, imm: (value as u32) & IMM_MASK })
-        } else {
-            Err(ImmOutOfRange { op, value })
-        }
+        if ok { Ok(Insn { op, imm: (value as u32) & IMM_MASK }) } else { Err(ImmOutOfRange { op, value }) }
     }
 
     /// Decodes one instruction word.

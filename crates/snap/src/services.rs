@@ -17,7 +17,7 @@
 use crate::value::Tag;
 use core::net::Ipv4Addr;
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::{BuildHasher, Hash};
 use std::sync::{Arc, Mutex};
 
 /// Longest service name, in bytes. Longer names are never found.
@@ -319,9 +319,7 @@ impl SoftState {
     }
 
     fn index(&self, k: &Key, n: usize) -> usize {
-        let mut h = self.hasher.build_hasher();
-        k.hash(&mut h);
-        (h.finish() as usize) & (n - 1)
+        (self.hasher.hash_one(k) as usize) & (n - 1)
     }
 
     fn put(&self, k: Key, v: Ret, now: u64, ttl_ms: u64) {

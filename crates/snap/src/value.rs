@@ -40,16 +40,7 @@ pub enum Tag {
 }
 
 /// All tags, in code order.
-pub const ALL_TAGS: [Tag; 8] = [
-    Tag::Int,
-    Tag::Bool,
-    Tag::Unit,
-    Tag::Addr,
-    Tag::Float,
-    Tag::Blob,
-    Tag::Tuple,
-    Tag::Str,
-];
+pub const ALL_TAGS: [Tag; 8] = [Tag::Int, Tag::Bool, Tag::Unit, Tag::Addr, Tag::Float, Tag::Blob, Tag::Tuple, Tag::Str];
 
 impl Tag {
     /// Decodes a 7-bit tag; `None` for unassigned codes.

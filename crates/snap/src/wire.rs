@@ -500,16 +500,10 @@ mod tests {
         let mut b = ok;
         b[23] = 1;
         assert_eq!(Packet::new_checked(&b[..]).err(), Some(WireError::ReservedNonZero(1)));
-        assert_eq!(
-            Packet::new_checked(&ok[..71]).err(),
-            Some(WireError::SectionsOverrun { need: 72, have: 71 })
-        );
+        assert_eq!(Packet::new_checked(&ok[..71]).err(), Some(WireError::SectionsOverrun { need: 72, have: 71 }));
         let mut b = ok;
         b[3] = 7;
-        assert_eq!(
-            Packet::new_checked(&b[..]).err(),
-            Some(WireError::EntryOutOfBounds { entry: 7, code_len: 7 })
-        );
+        assert_eq!(Packet::new_checked(&b[..]).err(), Some(WireError::EntryOutOfBounds { entry: 7, code_len: 7 }));
         let mut long = ok.to_vec();
         long.push(0);
         assert!(Packet::new_checked(&long[..]).is_ok(), "views accept a larger buffer");
