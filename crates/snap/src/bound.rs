@@ -13,11 +13,13 @@ pub struct Bounds {
     pub instructions: u32,
     /// Stack words at one node: the initial stack plus one per instruction.
     pub stack_words: u32,
-    /// Heap words at one node: the original heap plus two per instruction
-    /// (one header and one payload word; `mktup n` amortized).
+    /// Heap words at one node: the original heap plus three per instruction
+    /// (no instruction grows stack and heap together by more than three
+    /// words; `mktup n` is amortized over its shadow).
     pub heap_words: u32,
-    /// Bytes of execution memory at one node: packet, stack growth and
-    /// second heap. Never more than 4 × MTU.
+    /// Bytes of execution memory at one node: the packet plus stack growth
+    /// and execution heap together, at most 12 bytes per instruction.
+    /// Never more than 4 × MTU.
     pub memory_bytes: u32,
     /// Network operations at one node (`forw`, `forwto`, `send`, `demux`):
     /// the node's interface count.
@@ -38,13 +40,13 @@ pub fn bounds(packet: &[u8], interfaces: u8, mtu: usize) -> Result<Bounds, WireE
     let n = (p.code_len() - p.entry()) as u32;
     let len = p.total_len() as u32;
     let stack_words = p.stack_len() as u32 + n;
-    let heap_words = p.heap_len() as u32 + 2 * n;
+    let heap_words = p.heap_len() as u32 + 3 * n;
     let rb = p.resource_bound() as u32;
     Ok(Bounds {
         instructions: n,
         stack_words,
         heap_words,
-        memory_bytes: len + 4 * n + 8 * n,
+        memory_bytes: len + 12 * n,
         net_ops: interfaces,
         tx_bytes_per_node: interfaces as u64 * mtu as u64,
         network_transmissions: rb,

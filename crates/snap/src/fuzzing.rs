@@ -35,7 +35,7 @@ pub fn check_invariants(input: &[u8], out: &crate::vm::Outcome, interfaces: u8) 
     let code = (p.code_len() - p.entry()) as u32;
     assert!(out.executed <= code, "executed {} > {} instructions", out.executed, code);
     assert!(out.max_stack <= p.stack_len() as u32 + code);
-    assert!(out.heap_alloc <= 2 * code);
+    assert!(out.heap_alloc <= 3 * code);
     assert!(out.net_ops <= interfaces);
     if let End::Fault { .. } = out.end {
         assert!(out.actions().is_empty(), "a faulting packet has no effect");
@@ -44,7 +44,9 @@ pub fn check_invariants(input: &[u8], out: &crate::vm::Outcome, interfaces: u8) 
         // never exceeds what the packet arrived with, less the hop.
         assert!(out.rb_in >= 1);
         assert!(out.rb_left as u32 + out.rb_given < out.rb_in as u32);
-        let memory = p.total_len() as u64 + 4 * out.max_stack as u64 + 4 * out.heap_alloc as u64;
+        let memory = out.peak_memory as u64;
+        assert!(memory >= p.total_len() as u64);
+        assert!(memory <= p.total_len() as u64 + 12 * code as u64);
         assert!(memory <= 4 * 1400, "execution memory {memory} above 4 x MTU");
     }
 }

@@ -160,7 +160,7 @@ macro_rules! for_each_op {
             // ---- stack manipulation (0x00..) ------------------------------------
             Nop     "nop"     0x00 None    Stack   Const  "--"              ""                              "Does nothing (padding after `mktup`).";
             Push    "push"    0x01 Int     Stack   Const  "-- i"            ""                              "Pushes the integer immediate.";
-            PushB   "pushb"   0x02 Bool    Stack   Const  "-- b"            ""                              "Pushes the boolean immediate.";
+            PushB   "pushb"   0x02 Bool    Stack   Const  "-- b"            "InvalidImmediate"                              "Pushes the boolean immediate.";
             PushU   "pushu"   0x03 None    Stack   Const  "-- ()"           ""                              "Pushes unit.";
             PushH   "pushh"   0x04 HeapRef Stack   Const  "-- ref"          "HeapOutOfBounds, TypeMismatch" "Pushes a reference to the original-heap object at the immediate offset; the tag is the object's type.";
             Pop     "pop"     0x05 None    Stack   Const  "v --"            "StackUnderflow"                "Discards the top value.";
@@ -170,10 +170,10 @@ macro_rules! for_each_op {
             Slide   "slide"   0x09 Count   Stack   Const  "v1..vk x -- x"   "StackUnderflow"                "Pops x, discards k values, pushes x back (ends a `let` scope).";
             Swap    "swap"    0x0a None    Stack   Const  "a b -- b a"      "StackUnderflow"                "Swaps the two top values.";
             // ---- network control (0x10..) ---------------------------------------
-            Forw    "forw"    0x10 None    Network Net    "--"              "ResourceBoundExhausted, TooManySends" "If the destination is not this node, forwards the packet (same entry point, whole stack, all remaining resource bound) and ends; otherwise falls through.";
-            ForwTo  "forwto"  0x11 None    Network Net    "a --"            "TypeMismatch, ResourceBoundExhausted, TooManySends" "Pops address a; if a is not this node, forwards the packet to a with source set to this node and ends; otherwise falls through.";
-            Send    "send"    0x12 None    Network Net    "vs..v1 ep s r d -- vs..v1 ()" "StackUnderflow, BadEntryPoint, InvalidSendBound, ResourceBoundExhausted, TooManySends, PacketTooLarge, TypeMismatch" "Sends a child packet to d with entry point ep, resource bound r (deducted from this packet) and a copy of the top s values as its stack; pushes unit.";
-            Demux   "demux"   0x13 None    Network Net    "v p --"          "StackUnderflow, BadPort, TooManySends, TypeMismatch" "Delivers v to local application port p and ends the packet.";
+            Forw    "forw"    0x10 None    Network Net    "--"              "ResourceBoundExhausted, TooManySends, PacketTooLarge, HeapOutOfBounds" "If the destination is not this node, forwards the packet (same entry point, whole stack, all remaining resource bound) and ends; otherwise falls through.";
+            ForwTo  "forwto"  0x11 None    Network Net    "a --"            "TypeMismatch, ResourceBoundExhausted, TooManySends, StackUnderflow, PacketTooLarge, HeapOutOfBounds" "Pops address a; if a is not this node, forwards the packet to a with source set to this node and ends; otherwise falls through.";
+            Send    "send"    0x12 None    Network Net    "vs..v1 ep s r d -- vs..v1 ()" "StackUnderflow, BadEntryPoint, InvalidSendBound, ResourceBoundExhausted, TooManySends, PacketTooLarge, TypeMismatch, HeapOutOfBounds" "Sends a child packet to d with entry point ep, resource bound r (deducted from this packet) and a copy of the top s values as its stack; pushes unit.";
+            Demux   "demux"   0x13 None    Network Net    "v p --"          "StackUnderflow, BadPort, TooManySends, TypeMismatch, HeapOutOfBounds" "Delivers v to local application port p and ends the packet.";
             Exit    "exit"    0x14 None    Network Const  "--"              ""                              "Ends the packet.";
             // ---- flow control (0x18..) ------------------------------------------
             Bne     "bne"     0x18 Offset  Flow    Const  "v --"            "BackwardBranch, BranchOutOfBounds, StackUnderflow" "Pops v; if its datum is nonzero, jumps forward by the offset.";
@@ -187,9 +187,9 @@ macro_rules! for_each_op {
             GetEp   "getep"   0x23 None    Env     Const  "-- i"            ""                              "Pushes the packet's entry point.";
             GetPort "getport" 0x24 None    Env     Const  "-- i"            ""                              "Pushes the header's demux port.";
             Here    "here"    0x25 None    Env     Alloc  "-- a"            "OutOfMemory"                   "Pushes this node's address.";
-            IsHere  "ishere"  0x26 None    Env     Const  "a -- b"          "StackUnderflow, TypeMismatch"  "Pops a; pushes whether a is an address of this node.";
+            IsHere  "ishere"  0x26 None    Env     Const  "a -- b"          "StackUnderflow, TypeMismatch, HeapOutOfBounds"  "Pops a; pushes whether a is an address of this node.";
             GetIfc  "getifc"  0x27 None    Env     Const  "-- i"            ""                              "Pushes this node's interface count.";
-            NextHop "nexthop" 0x28 None    Env     Alloc  "a -- h"          "StackUnderflow, TypeMismatch, OutOfMemory" "Pops a; pushes the next hop toward a, or unit if there is no route.";
+            NextHop "nexthop" 0x28 None    Env     Alloc  "a -- h"          "StackUnderflow, TypeMismatch, OutOfMemory, HeapOutOfBounds" "Pops a; pushes the next hop toward a, or unit if there is no route.";
             Nbr     "nbr"     0x29 None    Env     Alloc  "i -- a"          "StackUnderflow, OutOfMemory"   "Pops i; pushes the address of neighbour i, or unit if there is none.";
             NNbr    "nnbr"    0x2a None    Env     Const  "-- i"            ""                              "Pushes the number of neighbours.";
             Depth   "depth"   0x2b None    Env     Const  "-- i"            ""                              "Pushes the current stack depth.";
@@ -223,8 +223,8 @@ macro_rules! for_each_op {
             ShrI    "shri"    0x4b Count   Compute Const  "a -- a>>k"       "StackUnderflow"                "Arithmetic shift right by the immediate mod 32.";
             LNot    "lnot"    0x4c None    Compute Const  "a -- b"          "StackUnderflow"                "Logical not: pushes true if the datum is zero.";
             // ---- relational (0x50..) --------------------------------------------
-            Eq      "eq"      0x50 None    Compute Const  "a b -- b"        "StackUnderflow"                "Equality: same tag and same datum; addresses and floats by value, blobs, strings and tuples by identity.";
-            Neq     "neq"     0x51 None    Compute Const  "a b -- b"        "StackUnderflow"                "Negation of `eq`.";
+            Eq      "eq"      0x50 None    Compute Const  "a b -- b"        "StackUnderflow, TypeMismatch, HeapOutOfBounds"                "Equality: same tag and same datum; addresses and floats by value, blobs, strings and tuples by identity.";
+            Neq     "neq"     0x51 None    Compute Const  "a b -- b"        "StackUnderflow, TypeMismatch, HeapOutOfBounds"                "Negation of `eq`.";
             Lt      "lt"      0x52 None    Compute Const  "a b -- a<b"      "StackUnderflow"                "Signed integer less-than.";
             Le      "le"      0x53 None    Compute Const  "a b -- a<=b"     "StackUnderflow"                "Signed integer less-or-equal.";
             Gt      "gt"      0x54 None    Compute Const  "a b -- a>b"      "StackUnderflow"                "Signed integer greater-than.";
@@ -236,34 +236,34 @@ macro_rules! for_each_op {
             GtI     "gti"     0x5a Int     Compute Const  "a -- a>k"        "StackUnderflow"                "Greater than the immediate.";
             GeI     "gei"     0x5b Int     Compute Const  "a -- a>=k"       "StackUnderflow"                "Greater or equal to the immediate.";
             // ---- floating point (0x60..) ----------------------------------------
-            FAdd    "fadd"    0x60 None    Float   Alloc  "x y -- x+y"      "StackUnderflow, TypeMismatch, OutOfMemory" "IEEE-754 binary32 addition.";
-            FSub    "fsub"    0x61 None    Float   Alloc  "x y -- x-y"      "StackUnderflow, TypeMismatch, OutOfMemory" "Float subtraction.";
-            FMul    "fmul"    0x62 None    Float   Alloc  "x y -- x*y"      "StackUnderflow, TypeMismatch, OutOfMemory" "Float multiplication.";
-            FDiv    "fdiv"    0x63 None    Float   Alloc  "x y -- x/y"      "StackUnderflow, TypeMismatch, OutOfMemory" "Float division (IEEE semantics, no trap).";
-            FNeg    "fneg"    0x64 None    Float   Alloc  "x -- -x"         "StackUnderflow, TypeMismatch, OutOfMemory" "Float negation.";
-            FLt     "flt"     0x65 None    Float   Const  "x y -- b"        "StackUnderflow, TypeMismatch"  "Float less-than.";
-            FLe     "fle"     0x66 None    Float   Const  "x y -- b"        "StackUnderflow, TypeMismatch"  "Float less-or-equal.";
-            FEq     "feq"     0x67 None    Float   Const  "x y -- b"        "StackUnderflow, TypeMismatch"  "Float equality.";
+            FAdd    "fadd"    0x60 None    Float   Alloc  "x y -- x+y"      "StackUnderflow, TypeMismatch, OutOfMemory, HeapOutOfBounds" "IEEE-754 binary32 addition.";
+            FSub    "fsub"    0x61 None    Float   Alloc  "x y -- x-y"      "StackUnderflow, TypeMismatch, OutOfMemory, HeapOutOfBounds" "Float subtraction.";
+            FMul    "fmul"    0x62 None    Float   Alloc  "x y -- x*y"      "StackUnderflow, TypeMismatch, OutOfMemory, HeapOutOfBounds" "Float multiplication.";
+            FDiv    "fdiv"    0x63 None    Float   Alloc  "x y -- x/y"      "StackUnderflow, TypeMismatch, OutOfMemory, HeapOutOfBounds" "Float division (IEEE semantics, no trap).";
+            FNeg    "fneg"    0x64 None    Float   Alloc  "x -- -x"         "StackUnderflow, TypeMismatch, OutOfMemory, HeapOutOfBounds" "Float negation.";
+            FLt     "flt"     0x65 None    Float   Const  "x y -- b"        "StackUnderflow, TypeMismatch, HeapOutOfBounds"  "Float less-than.";
+            FLe     "fle"     0x66 None    Float   Const  "x y -- b"        "StackUnderflow, TypeMismatch, HeapOutOfBounds"  "Float less-or-equal.";
+            FEq     "feq"     0x67 None    Float   Const  "x y -- b"        "StackUnderflow, TypeMismatch, HeapOutOfBounds"  "Float equality.";
             IToF    "itof"    0x68 None    Float   Alloc  "i -- x"          "StackUnderflow, OutOfMemory"   "Converts an integer to a float.";
-            FToI    "ftoi"    0x69 None    Float   Const  "x -- i"          "StackUnderflow, TypeMismatch"  "Converts a float to an integer, truncating and saturating at 25 bits; NaN gives 0.";
+            FToI    "ftoi"    0x69 None    Float   Const  "x -- i"          "StackUnderflow, TypeMismatch, HeapOutOfBounds"  "Converts a float to an integer, truncating and saturating at 25 bits; NaN gives 0.";
             // ---- addresses (0x6c..) ---------------------------------------------
-            AMask   "amask"   0x6c Count   Address Alloc  "a -- a'"         "StackUnderflow, TypeMismatch, InvalidImmediate, OutOfMemory" "Keeps the first k bits of address a (subnet mask /k, k ≤ 32).";
-            AMatch  "amatch"  0x6d Count   Address Const  "a b -- b"        "StackUnderflow, TypeMismatch, InvalidImmediate" "Whether a and b are in the same /k subnet.";
-            AOctet  "aoctet"  0x6e Count   Address Const  "a -- i"          "StackUnderflow, TypeMismatch, InvalidImmediate" "Pushes octet k (0 is the first) of address a.";
+            AMask   "amask"   0x6c Count   Address Alloc  "a -- a'"         "StackUnderflow, TypeMismatch, InvalidImmediate, OutOfMemory, HeapOutOfBounds" "Keeps the first k bits of address a (subnet mask /k, k ≤ 32).";
+            AMatch  "amatch"  0x6d Count   Address Const  "a b -- b"        "StackUnderflow, TypeMismatch, InvalidImmediate, HeapOutOfBounds" "Whether a and b are in the same /k subnet.";
+            AOctet  "aoctet"  0x6e Count   Address Const  "a -- i"          "StackUnderflow, TypeMismatch, InvalidImmediate, HeapOutOfBounds" "Pushes octet k (0 is the first) of address a.";
             MkAddr  "mkaddr"  0x6f None    Address Alloc  "o0 o1 o2 o3 -- a" "StackUnderflow, OutOfMemory"  "Builds the address o0.o1.o2.o3 from four integers (each taken mod 256).";
             // ---- tuples and types (0x70..) --------------------------------------
             MkTup   "mktup"   0x70 Count   Tuple   Amortized "v0..vn-1 -- t" "StackUnderflow, MktupTooClose, MktupPastEnd, OutOfMemory" "Pops n values into a new tuple (v0 deepest is element 0). Must be followed by n-1 non-`mktup` instructions (SNAP §IV-A.2).";
-            Nth     "nth"     0x71 Count   Tuple   Const  "t -- v"          "StackUnderflow, TypeMismatch, IndexOutOfBounds" "Pushes element k of tuple t.";
-            NthX    "nthx"    0x72 None    Tuple   Const  "t i -- v"        "StackUnderflow, TypeMismatch, IndexOutOfBounds" "Pushes element i of tuple t.";
-            TLen    "tlen"    0x73 None    Tuple   Const  "t -- i"          "StackUnderflow, TypeMismatch"  "Pushes the number of elements of tuple t.";
+            Nth     "nth"     0x71 Count   Tuple   Const  "t -- v"          "StackUnderflow, TypeMismatch, IndexOutOfBounds, HeapOutOfBounds" "Pushes element k of tuple t.";
+            NthX    "nthx"    0x72 None    Tuple   Const  "t i -- v"        "StackUnderflow, TypeMismatch, IndexOutOfBounds, HeapOutOfBounds" "Pushes element i of tuple t.";
+            TLen    "tlen"    0x73 None    Tuple   Const  "t -- i"          "StackUnderflow, TypeMismatch, HeapOutOfBounds"  "Pushes the number of elements of tuple t.";
             IsTag   "istag"   0x74 Tag     Tuple   Const  "v -- b"          "StackUnderflow"                "Pops v; pushes whether its tag is the immediate.";
             TagOf   "tagof"   0x75 None    Tuple   Const  "v -- i"          "StackUnderflow"                "Pops v; pushes its tag as an integer.";
             // ---- byte arrays (0x78..) -------------------------------------------
-            BLen    "blen"    0x78 None    Blob    Const  "s -- i"          "StackUnderflow, TypeMismatch"  "Pushes the length in bytes of a blob or string.";
-            BGet    "bget"    0x79 Count   Blob    Const  "s -- i"          "StackUnderflow, TypeMismatch, IndexOutOfBounds" "Pushes byte k of s.";
-            BGetX   "bgetx"   0x7a None    Blob    Const  "s i -- i"        "StackUnderflow, TypeMismatch, IndexOutOfBounds" "Pushes byte i of s.";
-            BGet16  "bget16"  0x7b Count   Blob    Const  "s -- i"          "StackUnderflow, TypeMismatch, IndexOutOfBounds" "Pushes the big-endian 16-bit value at byte k of s.";
-            BGetA   "bgeta"   0x7c Count   Blob    Alloc  "s -- a"          "StackUnderflow, TypeMismatch, IndexOutOfBounds, OutOfMemory" "Pushes the 4 bytes at byte k of s as an address.";
+            BLen    "blen"    0x78 None    Blob    Const  "s -- i"          "StackUnderflow, TypeMismatch, HeapOutOfBounds"  "Pushes the length in bytes of a blob or string.";
+            BGet    "bget"    0x79 Count   Blob    Const  "s -- i"          "StackUnderflow, TypeMismatch, IndexOutOfBounds, HeapOutOfBounds" "Pushes byte k of s.";
+            BGetX   "bgetx"   0x7a None    Blob    Const  "s i -- i"        "StackUnderflow, TypeMismatch, IndexOutOfBounds, HeapOutOfBounds" "Pushes byte i of s.";
+            BGet16  "bget16"  0x7b Count   Blob    Const  "s -- i"          "StackUnderflow, TypeMismatch, IndexOutOfBounds, HeapOutOfBounds" "Pushes the big-endian 16-bit value at byte k of s.";
+            BGetA   "bgeta"   0x7c Count   Blob    Alloc  "s -- a"          "StackUnderflow, TypeMismatch, IndexOutOfBounds, OutOfMemory, HeapOutOfBounds" "Pushes the 4 bytes at byte k of s as an address.";
             // ---- services (0x7f) ------------------------------------------------
             Calls   "calls"   0x7f HeapRef Service Service "args -- r"      "HeapOutOfBounds, TypeMismatch, UnknownService, ServiceFailed, StackUnderflow, OutOfMemory" "Calls the node-resident service whose name is the string at the immediate heap offset; it pops its arguments and pushes one result.";
         }

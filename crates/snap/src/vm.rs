@@ -346,6 +346,10 @@ pub struct Outcome {
     pub max_stack: u32,
     /// Words allocated in the second heap.
     pub heap_alloc: u32,
+    /// Peak execution memory in bytes: the packet plus, at its highest,
+    /// stack growth beyond the packet plus the execution heap. At most
+    /// 4 × MTU (SNAP §IV-A.2).
+    pub peak_memory: u32,
     /// Network operations performed (`forw`, `forwto`, `send`, `demux`).
     pub net_ops: u8,
     /// Resource bound in the header on arrival.
@@ -366,6 +370,7 @@ impl Default for Outcome {
             executed: 0,
             max_stack: 0,
             heap_alloc: 0,
+            peak_memory: 0,
             net_ops: 0,
             rb_in: 0,
             rb_given: 0,
@@ -383,6 +388,7 @@ impl Outcome {
         self.executed = 0;
         self.max_stack = 0;
         self.heap_alloc = 0;
+        self.peak_memory = 0;
         self.net_ops = 0;
         self.rb_in = 0;
         self.rb_given = 0;
@@ -733,7 +739,16 @@ impl Vm {
         let mut pc = hdr.entry;
         let h0 = hdr.h0;
         // Second heap: at most two words per instruction that can still run.
-        let heap_cap = 2 * (code_len - hdr.entry);
+        // SNAP §IV-A.2, made exact: no instruction grows stack plus heap by
+        // more than three words (`getsrc`: one stack word, a header and a
+        // payload word; `mktup k`: pops k, pushes 1, allocates k+1). So the
+        // stack growth and the execution heap together never exceed 3 words
+        // per instruction that can still run, which keeps the whole packet
+        // within 4 × MTU. The physical heap cap is the same 3 words.
+        let n_max = code_len - hdr.entry;
+        let heap_cap = 3 * n_max;
+        let budget = 12 * n_max;
+        let mut peak = 0usize;
         let max_ops = ctx.interfaces();
         let mut ops: u8 = 0;
         let mut fence = 0usize;
@@ -853,7 +868,7 @@ impl Vm {
         }
         macro_rules! alloc {
             ($tag:expr, $word:expr) => {{
-                if scratch.len() + 2 > heap_cap {
+                if scratch.len() + 2 > heap_cap || sp.saturating_sub(hdr.len) + 4 * (scratch.len() + 2) > budget {
                     fail!(Fault::OutOfMemory)
                 }
                 let off = h0 + scratch.len() as u32;
@@ -930,6 +945,7 @@ impl Vm {
                 out.executed = executed;
                 out.max_stack = ((max_sp.max(sp) - sb) / 4) as u32;
                 out.heap_alloc = scratch.len() as u32;
+                out.peak_memory = (hdr.len + peak.max(sp.saturating_sub(hdr.len) + 4 * scratch.len())) as u32;
                 out.net_ops = ops;
                 out.rb_left = rb;
                 return Ok($end);
@@ -949,6 +965,10 @@ impl Vm {
             executed += 1;
             if sp > max_sp {
                 max_sp = sp;
+            }
+            let used = sp.saturating_sub(hdr.len) + 4 * scratch.len();
+            if used > peak {
+                peak = used;
             }
             let imm = w & IMM_MASK;
             let Some(op) = Op::from_code((w >> 25) as u8) else {
@@ -1344,7 +1364,9 @@ impl Vm {
                     if sp - sb < 4 * n {
                         fail!(Fault::StackUnderflow)
                     }
-                    if scratch.len() + 1 + n > heap_cap {
+                    if scratch.len() + 1 + n > heap_cap
+                        || (sp - 4 * n).saturating_sub(hdr.len) + 4 * (scratch.len() + 1 + n) > budget
+                    {
                         fail!(Fault::OutOfMemory)
                     }
                     let off = h0 + scratch.len() as u32;
@@ -1621,11 +1643,14 @@ fn build_child<E: Endian>(
         if code == Op::PushH as u8 || code == Op::Calls as u8 {
             let imm = w & IMM_MASK;
             // A constant that does not name a valid object is left as is: it
-            // faults if it ever executes.
-            if imm < hdr.h0
-                && let Ok(n) = gc_copy::<E>(gc, buf, hdr, scratch, imm, room)
-            {
-                gc.fixups.push((i, (w & !IMM_MASK) | n));
+            // faults if it ever executes. A valid one that does not fit the
+            // MTU means the child cannot be built.
+            if imm < hdr.h0 {
+                match gc_copy::<E>(gc, buf, hdr, scratch, imm, room) {
+                    Ok(n) => gc.fixups.push((i, (w & !IMM_MASK) | n)),
+                    Err(f @ Fault::PacketTooLarge { .. }) => return Err(f),
+                    Err(_) => {}
+                }
             }
         }
     }
