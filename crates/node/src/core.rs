@@ -1,0 +1,487 @@
+//! The sans-I/O node: datagrams and `now` in, transmissions and deliveries
+//! out. The daemon owns the sockets; tests run many nodes in one process.
+//!
+//! ```text
+//! datagram ──► ANEP check ──► SNAP: VM in place ──► forward │ children │ deliver │ drop(reason)
+//!                         └─► plain: ttl, route  ──► forward │ deliver │ drop(reason)
+//!                         └─► unknown type      ──► pass on (flag clear, default route) │ drop
+//! ```
+//!
+//! A packet forwarded in place is transmitted straight from the receive
+//! buffer ([`Data::Input`]); child packets are built in the outbox arena.
+//! Steady-state handling allocates nothing.
+
+use crate::anep::{self, Anep, AnepError};
+use crate::config::{ConfigError, NodeConfig, Topology};
+use crate::counters::{Counters, Drop};
+use crate::plain::{self, Plain};
+use anode_snap::services::ServiceTable;
+use anode_snap::vm::{Action, End, Loc, NodeContext, Vm, VmConfig};
+use core::net::{Ipv4Addr, SocketAddr};
+use core::ops::Range;
+use std::collections::{BTreeSet, HashMap};
+
+/// Bytes of room a receive buffer needs for a packet of `mtu` bytes: the
+/// ANEP header, the packet, and the room the SNAP stack may grow into.
+pub fn recv_buffer_len(mtu: usize) -> usize {
+    anep::HEADER_LEN + 64 + 2 * mtu
+}
+
+/// Where the bytes of a transmission or delivery are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Data {
+    /// In the buffer passed to [`Node::handle_datagram`] (zero copy).
+    Input(Range<usize>),
+    /// In the outbox's arena.
+    Arena(Range<usize>),
+}
+
+/// A datagram to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    /// Interface index.
+    pub iface: usize,
+    /// Neighbour endpoint.
+    pub to: SocketAddr,
+    /// The whole datagram, ANEP header included.
+    pub data: Data,
+}
+
+/// A payload for a local application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// The application port.
+    pub port: u16,
+    /// The payload.
+    pub data: Data,
+}
+
+/// What handling one datagram produced. Reuse it: clearing keeps capacity.
+#[derive(Debug, Clone, Default)]
+pub struct Outbox {
+    /// Datagrams to send, in order.
+    pub transmits: Vec<Transmit>,
+    /// Payloads to deliver, in order.
+    pub deliveries: Vec<Delivery>,
+    /// `print` output of SNAP packets, if any.
+    pub log: String,
+    arena: Vec<u8>,
+}
+
+impl Outbox {
+    /// Empties the outbox, keeping its buffers.
+    pub fn clear(&mut self) {
+        self.transmits.clear();
+        self.deliveries.clear();
+        self.log.clear();
+        self.arena.clear();
+    }
+    /// The bytes of `d`; `input` is the buffer passed to the node.
+    pub fn bytes<'a>(&'a self, d: &Data, input: &'a [u8]) -> &'a [u8] {
+        match d {
+            Data::Input(r) => input.get(r.clone()).unwrap_or(&[]),
+            Data::Arena(r) => self.arena.get(r.clone()).unwrap_or(&[]),
+        }
+    }
+    fn push_arena(&mut self, parts: &[&[u8]]) -> Data {
+        let start = self.arena.len();
+        for p in parts {
+            self.arena.extend_from_slice(p);
+        }
+        Data::Arena(start..self.arena.len())
+    }
+}
+
+/// The node's view of the network, as the VM sees it.
+#[derive(Debug, Clone)]
+struct Env {
+    here: Ipv4Addr,
+    interfaces: u8,
+    neighbors: Vec<Ipv4Addr>,
+    /// Destination → next-hop neighbour address.
+    next_hop: HashMap<Ipv4Addr, Ipv4Addr>,
+    /// Neighbour address → (interface, endpoint).
+    link: HashMap<Ipv4Addr, (usize, SocketAddr)>,
+    default_via: Option<Ipv4Addr>,
+    now_ms: u64,
+    services: ServiceTable,
+}
+
+impl NodeContext for Env {
+    fn here(&self) -> Ipv4Addr {
+        self.here
+    }
+    fn interfaces(&self) -> u8 {
+        self.interfaces
+    }
+    fn next_hop(&self, dest: Ipv4Addr) -> Option<Ipv4Addr> {
+        self.next_hop.get(&dest).copied().or(self.default_via)
+    }
+    fn neighbors(&self) -> &[Ipv4Addr] {
+        &self.neighbors
+    }
+    fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+    fn services(&self) -> Option<&ServiceTable> {
+        Some(&self.services)
+    }
+}
+
+impl Env {
+    fn route(&self, dest: Ipv4Addr) -> Option<(usize, SocketAddr)> {
+        let via = self.next_hop(dest)?;
+        self.link.get(&via).copied()
+    }
+}
+
+/// Most packets a single arrival may send to this node itself (`send` to
+/// its own address); each also costs resource bound, so this only caps the
+/// work of one call.
+pub const MAX_LOOPBACK: usize = 64;
+
+/// An anode node, without I/O.
+#[derive(Debug)]
+pub struct Node {
+    env: Env,
+    vm: Vm,
+    mtu: usize,
+    ports: BTreeSet<u16>,
+    /// Counters.
+    pub counters: Counters,
+    loopback: Vec<Vec<u8>>,
+    scratch: Vec<u8>,
+}
+
+impl Node {
+    /// Builds a node from its configuration and, if routes come from a
+    /// topology, the parsed topology file.
+    pub fn new(cfg: &NodeConfig, topology: Option<&Topology>) -> Result<Node, ConfigError> {
+        cfg.validate()?;
+        let mut link = HashMap::new();
+        for (i, iface) in cfg.interfaces.iter().enumerate() {
+            for n in &iface.neighbors {
+                link.insert(n.address, (i, n.endpoint));
+            }
+        }
+        let mut next_hop = HashMap::new();
+        for n in cfg.neighbor_addrs() {
+            next_hop.insert(n, n);
+        }
+        if let Some(t) = topology {
+            for (dest, via) in t.next_hops(cfg.address)? {
+                if link.contains_key(&via) {
+                    next_hop.entry(dest).or_insert(via);
+                }
+            }
+        }
+        for r in &cfg.routes.static_routes {
+            next_hop.insert(r.dest, r.via);
+        }
+        let names: Vec<String> = cfg.interfaces.iter().map(|i| i.name.clone()).collect();
+        Ok(Node {
+            env: Env {
+                here: cfg.address,
+                interfaces: cfg.interfaces.len().clamp(1, u8::MAX as usize) as u8,
+                neighbors: cfg.neighbor_addrs(),
+                next_hop,
+                link,
+                default_via: cfg.routes.default_via,
+                now_ms: 0,
+                services: ServiceTable::with_builtins(),
+            },
+            vm: Vm::new(VmConfig { mtu: cfg.mtu }),
+            mtu: cfg.mtu,
+            ports: BTreeSet::new(),
+            counters: Counters::new(&names),
+            loopback: Vec::new(),
+            scratch: Vec::new(),
+        })
+    }
+
+    /// This node's address.
+    pub fn address(&self) -> Ipv4Addr {
+        self.env.here
+    }
+
+    /// The MTU for SNAP packets.
+    pub fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    /// Next hop toward `dest`, if any.
+    pub fn next_hop(&self, dest: Ipv4Addr) -> Option<Ipv4Addr> {
+        self.env.next_hop(dest)
+    }
+
+    /// The service table, to register node services at run time.
+    pub fn services_mut(&mut self) -> &mut ServiceTable {
+        &mut self.env.services
+    }
+
+    /// Registers a local application port; deliveries to unregistered ports
+    /// are dropped (`no_listener`).
+    pub fn register_port(&mut self, port: u16) {
+        self.ports.insert(port);
+    }
+
+    /// Removes a port registration.
+    pub fn unregister_port(&mut self, port: u16) {
+        self.ports.remove(&port);
+    }
+
+    /// Handles one received datagram in `buf[..len]` from interface `iface`.
+    ///
+    /// `buf` should be [`recv_buffer_len`] long so SNAP packets execute in
+    /// place; a shorter buffer works but copies. Results go to `out`, which
+    /// is not cleared first.
+    pub fn handle_datagram(&mut self, iface: usize, buf: &mut [u8], len: usize, now_ms: u64, out: &mut Outbox) {
+        self.env.now_ms = now_ms;
+        let len = len.min(buf.len());
+        if let Some(c) = self.counters.ifaces.get_mut(iface) {
+            c.rx_packets += 1;
+            c.rx_bytes += len as u64;
+        }
+        let a = match Anep::parse(&buf[..len]) {
+            Ok(a) => a,
+            Err(e) => {
+                self.counters.drop(match e {
+                    AnepError::Truncated(_) => Drop::AnepTruncated,
+                    AnepError::BadVersion(_) => Drop::AnepBadVersion,
+                    AnepError::BadHeaderLength { .. } | AnepError::BadPacketLength { .. } => Drop::AnepBadLength,
+                    _ => Drop::AnepBadOption,
+                });
+                return;
+            }
+        };
+        match a.type_id {
+            anep::TYPE_SNAP => {
+                self.counters.rx_snap += 1;
+                self.run_snap(buf, a.payload_start, len, out);
+            }
+            anep::TYPE_PLAIN => {
+                self.counters.rx_plain += 1;
+                self.plain(buf, a.payload_start, len, out);
+            }
+            _ => {
+                self.counters.rx_unknown += 1;
+                let pass = if a.discard_if_unknown() { None } else { self.env.default_via };
+                match pass.and_then(|v| self.env.link.get(&v).copied()) {
+                    Some((iface, to)) => {
+                        self.counters.passed_on += 1;
+                        self.transmit(out, iface, to, Data::Input(0..len));
+                    }
+                    None => self.counters.drop(Drop::UnknownType),
+                }
+            }
+        }
+        self.drain_loopback(now_ms, out);
+    }
+
+    /// Executes a SNAP packet injected by a local application, as if it had
+    /// arrived here (this is its first hop: its resource bound is
+    /// decremented here).
+    pub fn inject_snap(&mut self, packet: &[u8], now_ms: u64, out: &mut Outbox) {
+        self.env.now_ms = now_ms;
+        self.counters.injected += 1;
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        buf.resize(recv_buffer_len(self.mtu).max(anep::HEADER_LEN + packet.len() * 5), 0);
+        anep::write_header(&mut buf, anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_SNAP, packet.len());
+        buf[anep::HEADER_LEN..anep::HEADER_LEN + packet.len()].copy_from_slice(packet);
+        self.run_snap(&mut buf, anep::HEADER_LEN, anep::HEADER_LEN + packet.len(), out);
+        // Transmissions that point into `buf` must move to the arena.
+        self.detach(&buf, out);
+        self.scratch = buf;
+        self.drain_loopback(now_ms, out);
+    }
+
+    /// Sends a plain packet from a local application.
+    pub fn inject_plain(&mut self, dst: Ipv4Addr, port: u16, ttl: u8, payload: &[u8], now_ms: u64, out: &mut Outbox) {
+        self.env.now_ms = now_ms;
+        self.counters.injected += 1;
+        let mut buf = vec![0; anep::HEADER_LEN + plain::HEADER_LEN + payload.len()];
+        anep::write_header(&mut buf, anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_PLAIN, plain::HEADER_LEN + payload.len());
+        Plain { dst, src: self.env.here, ttl, port }.emit(&mut buf[anep::HEADER_LEN..]);
+        buf[anep::HEADER_LEN + plain::HEADER_LEN..].copy_from_slice(payload);
+        let len = buf.len();
+        if dst == self.env.here {
+            self.deliver(out, port, Data::Arena(0..0), &buf[anep::HEADER_LEN + plain::HEADER_LEN..]);
+            return;
+        }
+        match self.env.route(dst) {
+            Some((iface, to)) => {
+                let d = out.push_arena(&[&buf[..len]]);
+                self.transmit(out, iface, to, d);
+            }
+            None => self.counters.drop(Drop::NoRoute),
+        }
+    }
+
+    fn detach(&self, buf: &[u8], out: &mut Outbox) {
+        for i in 0..out.transmits.len() {
+            if let Data::Input(r) = out.transmits[i].data.clone() {
+                let d = out.push_arena(&[buf.get(r).unwrap_or(&[])]);
+                out.transmits[i].data = d;
+            }
+        }
+        for i in 0..out.deliveries.len() {
+            if let Data::Input(r) = out.deliveries[i].data.clone() {
+                let d = out.push_arena(&[buf.get(r).unwrap_or(&[])]);
+                out.deliveries[i].data = d;
+            }
+        }
+    }
+
+    fn drain_loopback(&mut self, now_ms: u64, out: &mut Outbox) {
+        let mut n = 0;
+        while let Some(p) = self.loopback.pop() {
+            n += 1;
+            if n > MAX_LOOPBACK {
+                self.counters.drop(Drop::LoopbackLimit);
+                continue;
+            }
+            self.counters.rx_snap += 1;
+            let mut buf = std::mem::take(&mut self.scratch);
+            buf.clear();
+            buf.resize(recv_buffer_len(self.mtu).max(p.len() * 5), 0);
+            buf[..p.len()].copy_from_slice(&p);
+            self.env.now_ms = now_ms;
+            self.run_snap(&mut buf, anep::HEADER_LEN, p.len(), out);
+            self.detach(&buf, out);
+            self.scratch = buf;
+        }
+    }
+
+    fn transmit(&mut self, out: &mut Outbox, iface: usize, to: SocketAddr, data: Data) {
+        out.transmits.push(Transmit { iface, to, data });
+    }
+
+    fn deliver(&mut self, out: &mut Outbox, port: u16, data: Data, bytes: &[u8]) {
+        if !self.ports.contains(&port) {
+            self.counters.drop(Drop::NoListener);
+            return;
+        }
+        self.counters.delivered += 1;
+        let data = match data {
+            Data::Arena(r) if r.is_empty() && !bytes.is_empty() => out.push_arena(&[bytes]),
+            d => d,
+        };
+        out.deliveries.push(Delivery { port, data });
+    }
+
+    /// Runs the SNAP packet at `buf[ps..len]` (the ANEP header is in
+    /// `buf[..ps]`) and turns its actions into transmissions and deliveries.
+    fn run_snap(&mut self, buf: &mut [u8], ps: usize, len: usize, out: &mut Outbox) {
+        let res = self.vm.execute(&mut buf[ps..], len - ps, &self.env);
+        self.counters.vm_instructions += res.executed as u64;
+        if let End::Fault { fault, .. } = res.end {
+            self.counters.vm_faults[fault.kind_index()] += 1;
+            self.counters.drop(Drop::VmFault);
+            return;
+        }
+        out.log.push_str(&res.log);
+        let mut in_place = None;
+        for act in res.actions() {
+            match act {
+                Action::Send { dest, kind, packet } => {
+                    match kind {
+                        anode_snap::vm::SendKind::Forward => self.counters.snap_forwarded += 1,
+                        anode_snap::vm::SendKind::Child => self.counters.snap_children += 1,
+                    }
+                    let bytes = res.bytes(packet, &buf[ps..]);
+                    if *dest == self.env.here {
+                        // SNAP `send` to this node: run it here again.
+                        let mut v = vec![0; anep::HEADER_LEN + bytes.len()];
+                        anep::write_header(&mut v, anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_SNAP, bytes.len());
+                        v[anep::HEADER_LEN..].copy_from_slice(bytes);
+                        self.loopback.push(v);
+                        continue;
+                    }
+                    let Some((iface, to)) = self.env.route(*dest) else {
+                        self.counters.drop(Drop::NoRoute);
+                        continue;
+                    };
+                    let data = match packet {
+                        Loc::Input(r) if r.start == 0 => {
+                            // Forwarded in place: the ANEP header just before
+                            // the packet is rewritten below; send from the buffer.
+                            in_place = Some(r.end);
+                            Data::Input(ps - anep::HEADER_LEN..ps + r.end)
+                        }
+                        _ => {
+                            let mut hdr = [0u8; anep::HEADER_LEN];
+                            anep::write_header(&mut hdr, anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_SNAP, bytes.len());
+                            out.push_arena(&[&hdr, bytes])
+                        }
+                    };
+                    out.transmits.push(Transmit { iface, to, data });
+                }
+                Action::Deliver { port, payload } => {
+                    let data = match payload {
+                        Loc::Input(r) => Data::Input(ps + r.start..ps + r.end),
+                        Loc::Arena(_) => Data::Arena(0..0),
+                    };
+                    let bytes = res.bytes(payload, &buf[ps..]);
+                    if !self.ports.contains(port) {
+                        self.counters.drop(Drop::NoListener);
+                        continue;
+                    }
+                    self.counters.delivered += 1;
+                    let data = match data {
+                        Data::Arena(_) => out.push_arena(&[bytes]),
+                        d => d,
+                    };
+                    out.deliveries.push(Delivery { port: *port, data });
+                }
+            }
+        }
+        if let Some(n) = in_place {
+            anep::write_header(&mut buf[ps - anep::HEADER_LEN..], anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_SNAP, n);
+        }
+    }
+
+    fn plain(&mut self, buf: &mut [u8], ps: usize, len: usize, out: &mut Outbox) {
+        let p = match Plain::parse(&buf[ps..len]) {
+            Ok(p) => p,
+            Err(_) => {
+                self.counters.drop(Drop::PlainMalformed);
+                return;
+            }
+        };
+        if p.dst == self.env.here {
+            let r = ps + plain::HEADER_LEN..len;
+            if self.ports.contains(&p.port) {
+                self.counters.delivered += 1;
+                out.deliveries.push(Delivery { port: p.port, data: Data::Input(r) });
+            } else {
+                self.counters.drop(Drop::NoListener);
+            }
+            return;
+        }
+        if p.ttl == 0 {
+            self.counters.drop(Drop::TtlExceeded);
+            return;
+        }
+        let Some((iface, to)) = self.env.route(p.dst) else {
+            self.counters.drop(Drop::NoRoute);
+            return;
+        };
+        buf[ps + 8] = p.ttl - 1;
+        self.counters.plain_forwarded += 1;
+        self.transmit(out, iface, to, Data::Input(0..len));
+    }
+
+    /// Counts a finished transmission (the daemon calls this after the
+    /// socket accepted it, or `tx_failed` if it did not).
+    pub fn count_tx(&mut self, iface: usize, bytes: usize, ok: bool) {
+        if ok {
+            if let Some(c) = self.counters.ifaces.get_mut(iface) {
+                c.tx_packets += 1;
+                c.tx_bytes += bytes as u64;
+            }
+        } else {
+            self.counters.drop(Drop::TxFailed);
+        }
+    }
+}

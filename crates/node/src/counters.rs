@@ -1,0 +1,189 @@
+//! Node counters: per interface, per packet type, per drop reason, and VM
+//! faults by kind. Rendered for `anode status` (JSON) and Prometheus.
+
+use anode_snap::vm::FAULT_KINDS;
+use core::fmt::Write;
+
+macro_rules! drops {
+    ($($v:ident $name:literal $doc:literal;)*) => {
+        /// Why the node dropped a datagram.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(usize)]
+        pub enum Drop { $(#[doc = $doc] $v,)* }
+        /// Drop reason names, indexed by `Drop as usize`.
+        pub const DROP_NAMES: &[&str] = &[$($name,)*];
+        impl Drop {
+            /// Snake-case name.
+            pub fn name(self) -> &'static str { DROP_NAMES[self as usize] }
+        }
+    };
+}
+
+drops! {
+    AnepTruncated   "anep_truncated"    "Shorter than an ANEP header.";
+    AnepBadVersion  "anep_bad_version"  "Unknown ANEP version.";
+    AnepBadLength   "anep_bad_length"   "ANEP header or packet length does not match the datagram.";
+    AnepBadOption   "anep_bad_option"   "Malformed ANEP option, or unknown option with the discard bit.";
+    UnknownType     "unknown_type"      "ANEP type id this node does not handle, discard flag set (or no default route to pass it on).";
+    NoRoute         "no_route"          "No route toward the packet's destination.";
+    VmFault         "vm_fault"          "The SNAP VM ended the packet with a fault (see vm_faults).";
+    PlainMalformed  "plain_malformed"   "A plain packet with a malformed header.";
+    TtlExceeded     "ttl_exceeded"      "A plain packet whose ttl ran out.";
+    NoListener      "no_listener"       "Delivery to a port no local application registered.";
+    TxFailed        "tx_failed"         "The socket refused a transmission.";
+    LoopbackLimit   "loopback_limit"    "Too many packets sent to this node itself within one arrival.";
+}
+
+/// Number of drop reasons.
+pub const N_DROPS: usize = DROP_NAMES.len();
+
+/// Per-interface counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IfaceCounters {
+    /// Interface name.
+    pub name: String,
+    /// Datagrams received.
+    pub rx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Datagrams transmitted.
+    pub tx_packets: u64,
+    /// Bytes transmitted.
+    pub tx_bytes: u64,
+}
+
+/// All node counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Counters {
+    /// Per interface, in configuration order.
+    pub ifaces: Vec<IfaceCounters>,
+    /// Drops by reason, indexed by [`Drop`].
+    pub drops: [u64; N_DROPS],
+    /// SNAP packets received from the network.
+    pub rx_snap: u64,
+    /// Plain packets received from the network.
+    pub rx_plain: u64,
+    /// Packets of unknown ANEP type received.
+    pub rx_unknown: u64,
+    /// Unknown-type packets passed on toward the default next hop.
+    pub passed_on: u64,
+    /// Packets injected by local applications.
+    pub injected: u64,
+    /// SNAP packets forwarded (`forw`/`forwto`).
+    pub snap_forwarded: u64,
+    /// SNAP child packets sent (`send`).
+    pub snap_children: u64,
+    /// Plain packets forwarded.
+    pub plain_forwarded: u64,
+    /// Payloads delivered to local applications.
+    pub delivered: u64,
+    /// SNAP instructions executed.
+    pub vm_instructions: u64,
+    /// VM faults by kind, indexed like [`FAULT_KINDS`].
+    pub vm_faults: Vec<u64>,
+}
+
+impl Counters {
+    /// Zeroed counters for the named interfaces.
+    pub fn new(iface_names: &[String]) -> Counters {
+        Counters {
+            ifaces: iface_names.iter().map(|n| IfaceCounters { name: n.clone(), ..Default::default() }).collect(),
+            drops: [0; N_DROPS],
+            rx_snap: 0,
+            rx_plain: 0,
+            rx_unknown: 0,
+            passed_on: 0,
+            injected: 0,
+            snap_forwarded: 0,
+            snap_children: 0,
+            plain_forwarded: 0,
+            delivered: 0,
+            vm_instructions: 0,
+            vm_faults: vec![0; FAULT_KINDS.len()],
+        }
+    }
+
+    /// Counts a drop.
+    pub fn drop(&mut self, d: Drop) {
+        self.drops[d as usize] += 1;
+    }
+
+    /// Drops of one reason.
+    pub fn dropped(&self, d: Drop) -> u64 {
+        self.drops[d as usize]
+    }
+
+    /// Total drops.
+    pub fn total_drops(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+
+    fn types(&self) -> [(&'static str, u64); 10] {
+        [
+            ("rx_snap", self.rx_snap),
+            ("rx_plain", self.rx_plain),
+            ("rx_unknown", self.rx_unknown),
+            ("passed_on", self.passed_on),
+            ("injected", self.injected),
+            ("snap_forwarded", self.snap_forwarded),
+            ("snap_children", self.snap_children),
+            ("plain_forwarded", self.plain_forwarded),
+            ("delivered", self.delivered),
+            ("vm_instructions", self.vm_instructions),
+        ]
+    }
+
+    /// JSON for `anode status`.
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::{Map, Value, json};
+        let ifaces: Vec<Value> = self
+            .ifaces
+            .iter()
+            .map(|i| {
+                json!({"name": i.name, "rx_packets": i.rx_packets, "rx_bytes": i.rx_bytes,
+                       "tx_packets": i.tx_packets, "tx_bytes": i.tx_bytes})
+            })
+            .collect();
+        let drops: Map<String, Value> =
+            DROP_NAMES.iter().zip(self.drops.iter()).map(|(n, v)| (n.to_string(), json!(v))).collect();
+        let faults: Map<String, Value> =
+            FAULT_KINDS.iter().zip(self.vm_faults.iter()).map(|(n, v)| (n.to_string(), json!(v))).collect();
+        let packets: Map<String, Value> = self.types().iter().map(|(n, v)| (n.to_string(), json!(v))).collect();
+        json!({"interfaces": ifaces, "packets": packets, "drops": drops, "vm_faults": faults})
+    }
+
+    /// Prometheus text exposition format.
+    pub fn to_prometheus(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "# HELP anode_interface_packets_total Datagrams per interface and direction.");
+        let _ = writeln!(s, "# TYPE anode_interface_packets_total counter");
+        for i in &self.ifaces {
+            let _ =
+                writeln!(s, "anode_interface_packets_total{{interface=\"{}\",dir=\"rx\"}} {}", i.name, i.rx_packets);
+            let _ =
+                writeln!(s, "anode_interface_packets_total{{interface=\"{}\",dir=\"tx\"}} {}", i.name, i.tx_packets);
+        }
+        let _ = writeln!(s, "# HELP anode_interface_bytes_total Bytes per interface and direction.");
+        let _ = writeln!(s, "# TYPE anode_interface_bytes_total counter");
+        for i in &self.ifaces {
+            let _ = writeln!(s, "anode_interface_bytes_total{{interface=\"{}\",dir=\"rx\"}} {}", i.name, i.rx_bytes);
+            let _ = writeln!(s, "anode_interface_bytes_total{{interface=\"{}\",dir=\"tx\"}} {}", i.name, i.tx_bytes);
+        }
+        let _ = writeln!(s, "# HELP anode_packets_total Packets by kind of handling.");
+        let _ = writeln!(s, "# TYPE anode_packets_total counter");
+        for (n, v) in self.types() {
+            let _ = writeln!(s, "anode_packets_total{{kind=\"{n}\"}} {v}");
+        }
+        let _ = writeln!(s, "# HELP anode_drops_total Dropped datagrams by reason.");
+        let _ = writeln!(s, "# TYPE anode_drops_total counter");
+        for (n, v) in DROP_NAMES.iter().zip(self.drops.iter()) {
+            let _ = writeln!(s, "anode_drops_total{{reason=\"{n}\"}} {v}");
+        }
+        let _ = writeln!(s, "# HELP anode_vm_faults_total SNAP packets ended by a VM fault, by kind.");
+        let _ = writeln!(s, "# TYPE anode_vm_faults_total counter");
+        for (n, v) in FAULT_KINDS.iter().zip(self.vm_faults.iter()) {
+            let _ = writeln!(s, "anode_vm_faults_total{{kind=\"{n}\"}} {v}");
+        }
+        s
+    }
+}
