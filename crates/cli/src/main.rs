@@ -14,7 +14,10 @@ use clap::{Parser, Subcommand};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
+mod apps;
 mod demo;
+mod node_cmd;
+mod testbed;
 
 /// anode: a secure, resource-controlled programmable network node.
 #[derive(Debug, Parser)]
@@ -29,6 +32,23 @@ enum Cmd {
     /// SNAP active-packet tools: assemble, disassemble, run one hop, bounds.
     #[command(subcommand)]
     Snap(SnapCmd),
+    /// Run an active node: the daemon.
+    Node(node_cmd::NodeArgs),
+    /// Show a running node's counters.
+    Status(node_cmd::StatusArgs),
+    /// SNAP ping through a running node (SNAP paper, Fig. 1).
+    Ping(apps::PingArgs),
+    /// SNAP traceroute: every hop reports back with `send`.
+    Traceroute(apps::TracerouteArgs),
+    /// Send stdin or a file to an application port on a remote node.
+    Send(apps::SendArgs),
+    /// Receive what is sent to a local application port.
+    Recv(apps::RecvArgs),
+    /// Multicast a payload over a tree of nodes, limited by its resource bound.
+    Multicast(apps::MulticastArgs),
+    /// Start or stop a testbed of nodes from a topology file.
+    #[command(subcommand)]
+    Testbed(testbed::TestbedCmd),
     /// Run the local demonstration: SNAP ping, traceroute and hostile packets
     /// on a simulated line of nodes, with per-instruction traces.
     Demo {
@@ -109,6 +129,14 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
     match cli.cmd {
         Cmd::Snap(c) => snap(c),
         Cmd::Demo { nodes, quiet } => demo::run(nodes, quiet),
+        Cmd::Node(a) => node_cmd::run(a),
+        Cmd::Status(a) => node_cmd::status(a),
+        Cmd::Ping(a) => apps::ping(a),
+        Cmd::Traceroute(a) => apps::traceroute(a),
+        Cmd::Send(a) => apps::send(a),
+        Cmd::Recv(a) => apps::recv(a),
+        Cmd::Multicast(a) => apps::multicast(a),
+        Cmd::Testbed(c) => testbed::run(c),
     }
 }
 
