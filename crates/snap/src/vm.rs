@@ -449,13 +449,12 @@ impl Tracer for NoTrace {
 /// A read-only look at the machine state, for tracers.
 #[derive(Debug)]
 pub struct TraceView<'a> {
-    buf: &'a [u8],
+    head: &'a [u8],
     le: bool,
     heap_start: usize,
     h0: u32,
     scratch: &'a [u32],
-    stack_start: usize,
-    sp: usize,
+    stack: &'a [[u8; 4]],
     /// Remaining resource bound.
     pub rb: u16,
     /// The fault, if this step faulted.
@@ -463,17 +462,20 @@ pub struct TraceView<'a> {
 }
 
 impl TraceView<'_> {
+    fn decode(&self, b: [u8; 4]) -> u32 {
+        if self.le { u32::from_le_bytes(b) } else { u32::from_be_bytes(b) }
+    }
     fn word(&self, at: usize) -> Option<u32> {
-        let b = self.buf.get(at..)?.first_chunk::<4>()?;
-        Some(if self.le { u32::from_le_bytes(*b) } else { u32::from_be_bytes(*b) })
+        let b = self.head.get(at..)?.first_chunk::<4>()?;
+        Some(self.decode(*b))
     }
     /// Stack depth in words.
     pub fn depth(&self) -> usize {
-        (self.sp - self.stack_start) / 4
+        self.stack.len()
     }
     /// The stack, bottom first.
     pub fn stack(&self) -> Vec<Value> {
-        (0..self.depth()).filter_map(|i| self.word(self.stack_start + 4 * i).map(Value)).collect()
+        self.stack.iter().map(|b| Value(self.decode(*b))).collect()
     }
     fn heap_word(&self, off: u32) -> Option<u32> {
         if off < self.h0 {
@@ -568,6 +570,51 @@ struct Hdr {
     flags: u8,
 }
 
+/// Decodes and checks a received packet's header in one pass over its 24
+/// bytes: the checks of [`Packet::check`], in the same order, plus an exact
+/// length. Returns the header and the resource bound.
+#[inline(always)]
+fn decode_header(b: &[u8]) -> Result<(Hdr, u16), WireError> {
+    let len = b.len();
+    let Some(h) = b.first_chunk::<HEADER_LEN>() else { return Err(WireError::Truncated { len }) };
+    let be = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
+    if h[0] != crate::wire::VERSION {
+        return Err(WireError::BadVersion(h[0]));
+    }
+    if h[1] & !crate::wire::flags::ALL != 0 {
+        return Err(WireError::UnknownFlags(h[1]));
+    }
+    if be(22) != 0 {
+        return Err(WireError::ReservedNonZero(be(22)));
+    }
+    let (entry, code_len, heap_len, stack_len) = (be(2), be(16), be(18), be(20));
+    let heap_start = HEADER_LEN + 4 * code_len as usize;
+    let stack_start = heap_start + 4 * heap_len as usize;
+    let total = stack_start + 4 * stack_len as usize;
+    if total > len {
+        return Err(WireError::SectionsOverrun { need: total, have: len });
+    }
+    if entry >= code_len {
+        return Err(WireError::EntryOutOfBounds { entry, code_len });
+    }
+    if total != len {
+        return Err(WireError::TrailingBytes { extra: len - total });
+    }
+    let hdr = Hdr {
+        entry: entry as usize,
+        code_len: code_len as usize,
+        h0: heap_len as u32,
+        heap_start,
+        stack_start,
+        len,
+        src: Ipv4Addr::new(h[8], h[9], h[10], h[11]),
+        dst: Ipv4Addr::new(h[12], h[13], h[14], h[15]),
+        port: be(6),
+        flags: h[1],
+    };
+    Ok((hdr, be(4)))
+}
+
 /// Scratch state of the copying pass that builds child packets (SNAP §VI-D).
 #[derive(Debug, Default, Clone)]
 struct Gc {
@@ -658,33 +705,19 @@ impl Vm {
 
     fn start<C: NodeContext, T: Tracer>(&mut self, buf: &mut [u8], len: usize, ctx: &C, tr: &mut T) -> Run {
         let len = len.min(buf.len());
-        let p = Packet::new_checked(&buf[..len]).map_err(|e| (Fault::Wire(e), None))?;
-        if p.total_len() != len {
-            return Err((Fault::Wire(WireError::TrailingBytes { extra: len - p.total_len() }), None));
-        }
+        let (hdr, rb) = decode_header(&buf[..len]).map_err(|e| (Fault::Wire(e), None))?;
         if len > self.cfg.mtu {
             return Err((Fault::PacketTooLarge { len, mtu: self.cfg.mtu }, None));
         }
-        let rb = p.resource_bound();
         self.out.rb_in = rb;
         if rb == 0 {
             return Err((Fault::ResourceBoundExhausted, None));
         }
-        let hdr = Hdr {
-            entry: p.entry() as usize,
-            code_len: p.code_len() as usize,
-            h0: p.heap_len() as u32,
-            heap_start: p.heap_start(),
-            stack_start: p.stack_start(),
-            len,
-            src: p.src(),
-            dst: p.dst(),
-            port: p.port(),
-            flags: p.flags(),
-        };
-        let le = p.little_endian();
+        let le = hdr.flags & crate::wire::flags::LE != 0;
         // SNAP §IV-A.3: the resource bound is decremented upon reception.
-        Packet::new_unchecked(&mut buf[..len]).set_resource_bound(rb - 1);
+        if let Some(f) = buf.get_mut(4..6) {
+            f.copy_from_slice(&(rb - 1).to_be_bytes());
+        }
         let need = Vm::buffer_need(len, hdr.code_len - hdr.entry);
         if buf.len() >= need {
             let limit = need;
@@ -723,7 +756,7 @@ impl Vm {
     }
 
     #[allow(clippy::too_many_arguments)]
-    #[inline(never)]
+    #[inline(always)]
     fn run<E: Endian, C: NodeContext, T: Tracer>(
         &mut self,
         buf: &mut [u8],
@@ -735,10 +768,20 @@ impl Vm {
     ) -> Run {
         let code_len = hdr.code_len;
         let sb = hdr.stack_start;
-        let mut sp = hdr.len;
         let mut pc = hdr.entry;
         let h0 = hdr.h0;
-        // Second heap: at most two words per instruction that can still run.
+        // Split the buffer: header, code and arriving heap are read-only while
+        // the packet runs; the stack region (the packet's stack plus room to
+        // grow) is a slice of words, so `sp` is a word index and each stack
+        // access is one bounds check. Header writes for an in-place forward
+        // happen after the loop.
+        let (head, tail) = buf.split_at_mut(sb);
+        let head: &[u8] = head;
+        let st: &mut [[u8; 4]] = tail.get_mut(..limit - sb).unwrap_or_default().as_chunks_mut::<4>().0;
+        let code: &[[u8; 4]] = head.get(HEADER_LEN..HEADER_LEN + 4 * code_len).unwrap_or_default().as_chunks::<4>().0;
+        let heapw: &[[u8; 4]] = head.get(hdr.heap_start..).unwrap_or_default().as_chunks::<4>().0;
+        let s0 = (hdr.len - sb) / 4;
+        let mut sp = s0;
         // SNAP §IV-A.2, made exact: no instruction grows stack plus heap by
         // more than three words (`getsrc`: one stack word, a header and a
         // payload word; `mktup k`: pops k, pushes 1, allocates k+1). So the
@@ -754,25 +797,27 @@ impl Vm {
         let mut fence = 0usize;
         let mut executed = 0u32;
         let mut max_sp = sp;
+        let mut seg_max = sp;
         let scratch = &mut self.scratch;
         let out = &mut self.out;
+        let gc = &mut self.gc;
+        let mtu = self.cfg.mtu;
 
         macro_rules! fail {
             ($f:expr) => {{
                 let f = $f;
                 if T::ENABLED {
                     let view = TraceView {
-                        buf,
+                        head,
                         le: E::LITTLE,
                         heap_start: hdr.heap_start,
                         h0,
                         scratch,
-                        stack_start: sb,
-                        sp,
+                        stack: st.get(..sp).unwrap_or_default(),
                         rb,
                         fault: Some(f),
                     };
-                    let w = rd::<E>(buf, HEADER_LEN + 4 * pc.saturating_sub(1)).unwrap_or(0);
+                    let w = code.get(pc.saturating_sub(1)).map_or(0, |b| E::get(*b));
                     tr.step(pc.saturating_sub(1), Insn::decode(w).map_err(|_| w), &view);
                 }
                 out.executed = executed;
@@ -781,23 +826,38 @@ impl Vm {
         }
         macro_rules! pop {
             () => {{
-                if sp <= sb {
-                    fail!(Fault::StackUnderflow)
-                }
-                sp -= 4;
-                match rd::<E>(buf, sp) {
-                    Some(w) => Value(w),
+                sp = match sp.checked_sub(1) {
+                    Some(s) => s,
+                    None => fail!(Fault::StackUnderflow),
+                };
+                match st.get(sp) {
+                    Some(b) => Value(E::get(*b)),
                     None => fail!(Fault::StackUnderflow),
                 }
             }};
         }
+        // Peak memory is the highest stack growth plus execution heap. The
+        // heap only grows at allocations, so between two allocations the
+        // peak is that stretch's highest stack plus the heap then: `push`
+        // tracks the stretch's highest stack, `heap_grows!` closes a stretch.
         macro_rules! push {
             ($v:expr) => {{
                 let v: Value = $v;
-                if sp + 4 > limit || wr::<E>(buf, sp, v.0).is_none() {
-                    fail!(Fault::StackOverflow)
+                match st.get_mut(sp) {
+                    Some(b) => *b = E::put(v.0),
+                    None => fail!(Fault::StackOverflow),
                 }
-                sp += 4;
+                sp += 1;
+                if sp > seg_max {
+                    seg_max = sp;
+                }
+            }};
+        }
+        macro_rules! heap_grows {
+            () => {{
+                peak = peak.max(4 * (seg_max.saturating_sub(s0) + scratch.len()));
+                max_sp = max_sp.max(seg_max);
+                seg_max = sp;
             }};
         }
         macro_rules! int {
@@ -810,7 +870,7 @@ impl Vm {
             ($off:expr) => {{
                 let off: u32 = $off;
                 let w = if off < h0 {
-                    rd::<E>(buf, hdr.heap_start + 4 * off as usize)
+                    heapw.get(off as usize).map(|b| E::get(*b))
                 } else {
                     scratch.get((off - h0) as usize).copied()
                 };
@@ -868,9 +928,10 @@ impl Vm {
         }
         macro_rules! alloc {
             ($tag:expr, $word:expr) => {{
-                if scratch.len() + 2 > heap_cap || sp.saturating_sub(hdr.len) + 4 * (scratch.len() + 2) > budget {
+                if scratch.len() + 2 > heap_cap || 4 * (sp.saturating_sub(s0) + scratch.len() + 2) > budget {
                     fail!(Fault::OutOfMemory)
                 }
+                heap_grows!();
                 let off = h0 + scratch.len() as u32;
                 scratch.push(header($tag, 1));
                 scratch.push($word);
@@ -891,19 +952,46 @@ impl Vm {
                 push!(v)
             }};
         }
-        macro_rules! binop {
+        // Integer operators work on the top of the stack in place: one
+        // bounds check, and the stack never grows.
+        macro_rules! top2 {
             (|$a:ident, $b:ident| $e:expr) => {{
-                let $b = int!();
-                let $a = int!();
-                push!(Value::int($e))
+                let i = match sp.checked_sub(2) {
+                    Some(i) => i,
+                    None => fail!(Fault::StackUnderflow),
+                };
+                match st.get_mut(i..sp) {
+                    Some([x, y]) => {
+                        let ($a, $b) = (sext25(E::get(*x)), sext25(E::get(*y)));
+                        let r: Value = $e;
+                        *x = E::put(r.0);
+                    }
+                    _ => fail!(Fault::StackUnderflow),
+                }
+                sp = i + 1;
             }};
         }
-        macro_rules! cmp {
-            (|$a:ident, $b:ident| $e:expr) => {{
-                let $b = int!();
-                let $a = int!();
-                push!(Value::bool($e))
+        macro_rules! top1 {
+            (|$a:ident| $e:expr) => {{
+                match sp.checked_sub(1).and_then(|i| st.get_mut(i)) {
+                    Some(x) => {
+                        let $a = sext25(E::get(*x));
+                        let r: Value = $e;
+                        *x = E::put(r.0);
+                    }
+                    None => fail!(Fault::StackUnderflow),
+                }
             }};
+        }
+        macro_rules! binop {
+            (|$a:ident, $b:ident| $e:expr) => {
+                top2!(|$a, $b| Value::int($e))
+            };
+        }
+        macro_rules! cmp {
+            (|$a:ident, $b:ident| $e:expr) => {
+                top2!(|$a, $b| Value::bool($e))
+            };
         }
         macro_rules! fbin {
             (|$a:ident, $b:ident| $e:expr) => {{
@@ -943,33 +1031,22 @@ impl Vm {
         macro_rules! finish {
             ($end:expr) => {{
                 out.executed = executed;
-                out.max_stack = ((max_sp.max(sp) - sb) / 4) as u32;
+                let peak = peak.max(4 * (seg_max.saturating_sub(s0) + scratch.len()));
+                out.max_stack = max_sp.max(seg_max) as u32;
                 out.heap_alloc = scratch.len() as u32;
-                out.peak_memory = (hdr.len + peak.max(sp.saturating_sub(hdr.len) + 4 * scratch.len())) as u32;
+                out.peak_memory = (hdr.len + peak) as u32;
                 out.net_ops = ops;
                 out.rb_left = rb;
                 return Ok($end);
             }};
         }
 
-        loop {
-            if pc >= code_len {
-                finish!(End::Exit)
-            }
+        let forward: ForwardInPlace = loop {
             let at = pc;
-            let w = match rd::<E>(buf, HEADER_LEN + 4 * at) {
-                Some(w) => w,
-                None => fail!(Fault::HeapOutOfBounds { offset: 0 }),
-            };
+            let Some(wb) = code.get(at) else { finish!(End::Exit) };
+            let w = E::get(*wb);
             pc += 1;
             executed += 1;
-            if sp > max_sp {
-                max_sp = sp;
-            }
-            let used = sp.saturating_sub(hdr.len) + 4 * scratch.len();
-            if used > peak {
-                peak = used;
-            }
             let imm = w & IMM_MASK;
             let Some(op) = Op::from_code((w >> 25) as u8) else {
                 fail!(Fault::InvalidOpcode { code: (w >> 25) as u8 })
@@ -998,40 +1075,31 @@ impl Vm {
                     pop!();
                 }
                 Op::PopI => {
-                    let n = 4 * imm as usize;
-                    if sp - sb < n {
-                        fail!(Fault::StackUnderflow)
-                    }
-                    sp -= n;
+                    sp = match sp.checked_sub(imm as usize) {
+                        Some(s) => s,
+                        None => fail!(Fault::StackUnderflow),
+                    };
                 }
                 Op::Pull => {
-                    let d = 4 * (imm as usize + 1);
-                    if sp - sb < d {
-                        fail!(Fault::StackUnderflow)
-                    }
-                    let v = match rd::<E>(buf, sp - d) {
-                        Some(v) => v,
+                    let v = match sp.checked_sub(imm as usize + 1).and_then(|i| st.get(i)) {
+                        Some(b) => E::get(*b),
                         None => fail!(Fault::StackUnderflow),
                     };
                     push!(Value(v))
                 }
                 Op::Store => {
                     let v = pop!();
-                    let d = 4 * (imm as usize + 1);
-                    if sp - sb < d {
-                        fail!(Fault::StackUnderflow)
-                    }
-                    if wr::<E>(buf, sp - d, v.0).is_none() {
-                        fail!(Fault::StackUnderflow)
+                    match sp.checked_sub(imm as usize + 1).and_then(|i| st.get_mut(i)) {
+                        Some(b) => *b = E::put(v.0),
+                        None => fail!(Fault::StackUnderflow),
                     }
                 }
                 Op::Slide => {
                     let v = pop!();
-                    let n = 4 * imm as usize;
-                    if sp - sb < n {
-                        fail!(Fault::StackUnderflow)
-                    }
-                    sp -= n;
+                    sp = match sp.checked_sub(imm as usize) {
+                        Some(s) => s,
+                        None => fail!(Fault::StackUnderflow),
+                    };
                     push!(v)
                 }
                 Op::Swap => {
@@ -1044,38 +1112,36 @@ impl Vm {
                 Op::Forw | Op::ForwTo => {
                     let (dest, src) = if op == Op::Forw { (hdr.dst, hdr.src) } else { (addr!(), ctx.here()) };
                     if ctx.is_here(dest) {
-                        continue_trace::<E, T>(tr, at, w, buf, &hdr, scratch, sp, rb);
+                        continue_trace::<E, T>(tr, at, w, head, &hdr, scratch, &st[..sp], rb);
                         continue;
                     }
                     netop!();
                     if rb == 0 {
                         fail!(Fault::ResourceBoundExhausted)
                     }
-                    let depth = (sp - sb) / 4;
-                    let needs_copy = (0..depth)
-                        .any(|i| rd::<E>(buf, sb + 4 * i).is_some_and(|w| Value(w).is_ref() && Value(w).datum() >= h0));
+                    let stack = st.get(..sp).unwrap_or_default();
+                    let needs_copy = stack.iter().any(|b| {
+                        let v = Value(E::get(*b));
+                        v.is_ref() && v.datum() >= h0
+                    });
                     if needs_copy {
-                        let child = ChildSpec { dest, src, entry: hdr.entry as u16, rb, stack_words: depth };
-                        let loc = match build_child::<E>(&mut self.gc, out, buf, &hdr, scratch, sp, child, self.cfg.mtu)
-                        {
+                        let child = ChildSpec { dest, src, entry: hdr.entry as u16, rb, stack_words: sp };
+                        let loc = match build_child::<E>(gc, out, head, &hdr, scratch, stack, child, mtu) {
                             Ok(l) => l,
                             Err(f) => fail!(f),
                         };
                         out.actions.push(Action::Send { dest, kind: SendKind::Forward, packet: loc });
-                    } else {
-                        let total = sp;
-                        if total > self.cfg.mtu || depth > u16::MAX as usize {
-                            fail!(Fault::PacketTooLarge { len: total, mtu: self.cfg.mtu })
-                        }
-                        let mut p = Packet::new_unchecked(&mut buf[..total]);
-                        p.set_resource_bound(rb);
-                        p.set_stack_len(depth as u16);
-                        p.set_dst(dest);
-                        p.set_src(src);
-                        out.actions.push(Action::Send { dest, kind: SendKind::Forward, packet: Loc::Input(0..total) });
+                        continue_trace::<E, T>(tr, at, w, head, &hdr, scratch, stack, rb);
+                        finish!(End::Forwarded)
                     }
-                    continue_trace::<E, T>(tr, at, w, buf, &hdr, scratch, sp, rb);
-                    finish!(End::Forwarded)
+                    let total = sb + 4 * sp;
+                    if total > mtu || sp > u16::MAX as usize {
+                        fail!(Fault::PacketTooLarge { len: total, mtu })
+                    }
+                    continue_trace::<E, T>(tr, at, w, head, &hdr, scratch, stack, rb);
+                    // The stack is already in place after the heap: only the
+                    // header changes (SNAP §VI-D).
+                    break ForwardInPlace { dest, src, total };
                 }
                 Op::Send => {
                     let dest = addr!();
@@ -1086,7 +1152,7 @@ impl Vm {
                     if ep < 0 || ep as usize >= code_len {
                         fail!(Fault::BadEntryPoint(ep))
                     }
-                    if s < 0 || s as usize > (sp - sb) / 4 {
+                    if s < 0 || s as usize > sp {
                         fail!(Fault::StackUnderflow)
                     }
                     if r < 1 {
@@ -1097,7 +1163,8 @@ impl Vm {
                     }
                     let child =
                         ChildSpec { dest, src: ctx.here(), entry: ep as u16, rb: r as u16, stack_words: s as usize };
-                    let loc = match build_child::<E>(&mut self.gc, out, buf, &hdr, scratch, sp, child, self.cfg.mtu) {
+                    let stack = st.get(sp - s as usize..sp).unwrap_or_default();
+                    let loc = match build_child::<E>(gc, out, head, &hdr, scratch, stack, child, mtu) {
                         Ok(l) => l,
                         Err(f) => fail!(f),
                     };
@@ -1113,16 +1180,16 @@ impl Vm {
                         fail!(Fault::BadPort(port))
                     }
                     netop!();
-                    let payload = match deliver_bytes::<E>(out, buf, &hdr, scratch, v) {
+                    let payload = match deliver_bytes::<E>(out, head, &hdr, scratch, v) {
                         Ok(l) => l,
                         Err(f) => fail!(f),
                     };
                     out.actions.push(Action::Deliver { port: port as u16, payload });
-                    continue_trace::<E, T>(tr, at, w, buf, &hdr, scratch, sp, rb);
+                    continue_trace::<E, T>(tr, at, w, head, &hdr, scratch, &st[..sp], rb);
                     finish!(End::Delivered)
                 }
                 Op::Exit => {
-                    continue_trace::<E, T>(tr, at, w, buf, &hdr, scratch, sp, rb);
+                    continue_trace::<E, T>(tr, at, w, head, &hdr, scratch, &st[..sp], rb);
                     finish!(End::Exit)
                 }
                 // ---- flow control ----
@@ -1168,7 +1235,7 @@ impl Vm {
                     }
                 }
                 Op::NNbr => push!(Value::int(ctx.neighbors().len().min(1 << 20) as i32)),
-                Op::Depth => push!(Value::int(((sp - sb) / 4) as i32)),
+                Op::Depth => push!(Value::int(sp as i32)),
                 // ---- integer arithmetic ----
                 Op::Add => binop!(|a, b| a.wrapping_add(b)),
                 Op::Sub => binop!(|a, b| a.wrapping_sub(b)),
@@ -1181,28 +1248,13 @@ impl Vm {
                     }
                     push!(Value::int(if op == Op::Div { a.wrapping_div(b) } else { a.wrapping_rem(b) }))
                 }
-                Op::Neg => {
-                    let a = int!();
-                    push!(Value::int(a.wrapping_neg()))
-                }
-                Op::Abs => {
-                    let a = int!();
-                    push!(Value::int(a.wrapping_abs()))
-                }
+                Op::Neg => top1!(|a| Value::int(a.wrapping_neg())),
+                Op::Abs => top1!(|a| Value::int(a.wrapping_abs())),
                 Op::Min => binop!(|a, b| a.min(b)),
                 Op::Max => binop!(|a, b| a.max(b)),
-                Op::AddI => {
-                    let a = int!();
-                    push!(Value::int(a.wrapping_add(sext25(imm))))
-                }
-                Op::SubI => {
-                    let a = int!();
-                    push!(Value::int(a.wrapping_sub(sext25(imm))))
-                }
-                Op::MulI => {
-                    let a = int!();
-                    push!(Value::int(a.wrapping_mul(sext25(imm))))
-                }
+                Op::AddI => top1!(|a| Value::int(a.wrapping_add(sext25(imm)))),
+                Op::SubI => top1!(|a| Value::int(a.wrapping_sub(sext25(imm)))),
+                Op::MulI => top1!(|a| Value::int(a.wrapping_mul(sext25(imm)))),
                 Op::DivI | Op::ModI => {
                     let b = sext25(imm);
                     let a = int!();
@@ -1215,33 +1267,15 @@ impl Vm {
                 Op::And => binop!(|a, b| a & b),
                 Op::Or => binop!(|a, b| a | b),
                 Op::Xor => binop!(|a, b| a ^ b),
-                Op::Not => {
-                    let a = int!();
-                    push!(Value::int(!a))
-                }
+                Op::Not => top1!(|a| Value::int(!a)),
                 Op::Shl => binop!(|a, b| a.wrapping_shl(b as u32 & 31)),
                 Op::Shr => binop!(|a, b| a >> (b as u32 & 31)),
                 Op::ShrU => binop!(|a, b| (trunc25(a) >> (b as u32 & 31)) as i32),
-                Op::AndI => {
-                    let a = int!();
-                    push!(Value::int(a & sext25(imm)))
-                }
-                Op::OrI => {
-                    let a = int!();
-                    push!(Value::int(a | sext25(imm)))
-                }
-                Op::XorI => {
-                    let a = int!();
-                    push!(Value::int(a ^ sext25(imm)))
-                }
-                Op::ShlI => {
-                    let a = int!();
-                    push!(Value::int(a.wrapping_shl(imm & 31)))
-                }
-                Op::ShrI => {
-                    let a = int!();
-                    push!(Value::int(a >> (imm & 31)))
-                }
+                Op::AndI => top1!(|a| Value::int(a & sext25(imm))),
+                Op::OrI => top1!(|a| Value::int(a | sext25(imm))),
+                Op::XorI => top1!(|a| Value::int(a ^ sext25(imm))),
+                Op::ShlI => top1!(|a| Value::int(a.wrapping_shl(imm & 31))),
+                Op::ShrI => top1!(|a| Value::int(a >> (imm & 31))),
                 Op::LNot => {
                     let a = pop!();
                     push!(Value::bool(a.datum() == 0))
@@ -1275,30 +1309,12 @@ impl Vm {
                 Op::Le => cmp!(|a, b| a <= b),
                 Op::Gt => cmp!(|a, b| a > b),
                 Op::Ge => cmp!(|a, b| a >= b),
-                Op::EqI => {
-                    let a = int!();
-                    push!(Value::bool(a == sext25(imm)))
-                }
-                Op::NeqI => {
-                    let a = int!();
-                    push!(Value::bool(a != sext25(imm)))
-                }
-                Op::LtI => {
-                    let a = int!();
-                    push!(Value::bool(a < sext25(imm)))
-                }
-                Op::LeI => {
-                    let a = int!();
-                    push!(Value::bool(a <= sext25(imm)))
-                }
-                Op::GtI => {
-                    let a = int!();
-                    push!(Value::bool(a > sext25(imm)))
-                }
-                Op::GeI => {
-                    let a = int!();
-                    push!(Value::bool(a >= sext25(imm)))
-                }
+                Op::EqI => top1!(|a| Value::bool(a == sext25(imm))),
+                Op::NeqI => top1!(|a| Value::bool(a != sext25(imm))),
+                Op::LtI => top1!(|a| Value::bool(a < sext25(imm))),
+                Op::LeI => top1!(|a| Value::bool(a <= sext25(imm))),
+                Op::GtI => top1!(|a| Value::bool(a > sext25(imm))),
+                Op::GeI => top1!(|a| Value::bool(a >= sext25(imm))),
                 // ---- floating point ----
                 Op::FAdd => fbin!(|a, b| a + b),
                 Op::FSub => fbin!(|a, b| a - b),
@@ -1361,24 +1377,23 @@ impl Vm {
                         fail!(Fault::MktupPastEnd)
                     }
                     fence = at + n.max(1);
-                    if sp - sb < 4 * n {
-                        fail!(Fault::StackUnderflow)
-                    }
+                    let base = match sp.checked_sub(n) {
+                        Some(b) => b,
+                        None => fail!(Fault::StackUnderflow),
+                    };
                     if scratch.len() + 1 + n > heap_cap
-                        || (sp - 4 * n).saturating_sub(hdr.len) + 4 * (scratch.len() + 1 + n) > budget
+                        || 4 * (base.saturating_sub(s0) + scratch.len() + 1 + n) > budget
                     {
                         fail!(Fault::OutOfMemory)
                     }
+                    // The popped values stay in their slots while they are
+                    // copied; the stack has shrunk to `base` already.
+                    let top = sp;
+                    sp = base;
+                    heap_grows!();
                     let off = h0 + scratch.len() as u32;
                     scratch.push(header(Tag::Tuple, n as u32));
-                    let base = sp - 4 * n;
-                    for i in 0..n {
-                        match rd::<E>(buf, base + 4 * i) {
-                            Some(v) => scratch.push(v),
-                            None => fail!(Fault::StackUnderflow),
-                        }
-                    }
-                    sp = base;
+                    scratch.extend(st.get(base..top).unwrap_or_default().iter().map(|b| E::get(*b)));
                     push!(Value::heap(Tag::Tuple, off))
                 }
                 Op::Nth | Op::NthX => {
@@ -1447,7 +1462,7 @@ impl Vm {
                         fail!(Fault::UnknownService)
                     };
                     let n = svc.arity().min(MAX_ARITY);
-                    if sp - sb < 4 * n {
+                    if sp < n {
                         fail!(Fault::StackUnderflow)
                     }
                     let mut args = [Arg::Unit; MAX_ARITY];
@@ -1492,9 +1507,29 @@ impl Vm {
                     }
                 }
             }
-            continue_trace::<E, T>(tr, at, w, buf, &hdr, scratch, sp, rb);
-        }
+            continue_trace::<E, T>(tr, at, w, head, &hdr, scratch, &st[..sp], rb);
+        };
+        // In-place forward: rewrite the header fields that change.
+        let mut p = Packet::new_unchecked(&mut buf[..forward.total]);
+        p.set_resource_bound(rb);
+        p.set_stack_len(sp as u16);
+        p.set_dst(forward.dest);
+        p.set_src(forward.src);
+        out.actions.push(Action::Send {
+            dest: forward.dest,
+            kind: SendKind::Forward,
+            packet: Loc::Input(0..forward.total),
+        });
+        finish!(End::Forwarded)
     }
+}
+
+/// A forward that reuses the arriving buffer (SNAP §VI-D).
+#[derive(Debug, Clone, Copy)]
+struct ForwardInPlace {
+    dest: Ipv4Addr,
+    src: Ipv4Addr,
+    total: usize,
 }
 
 const IMM_MIN64: i64 = crate::ops::IMM_MIN as i64;
@@ -1511,24 +1546,15 @@ fn continue_trace<E: Endian, T: Tracer>(
     tr: &mut T,
     pc: usize,
     w: u32,
-    buf: &[u8],
+    head: &[u8],
     hdr: &Hdr,
     scratch: &[u32],
-    sp: usize,
+    stack: &[[u8; 4]],
     rb: u16,
 ) {
     if T::ENABLED {
-        let view = TraceView {
-            buf,
-            le: E::LITTLE,
-            heap_start: hdr.heap_start,
-            h0: hdr.h0,
-            scratch,
-            stack_start: hdr.stack_start,
-            sp,
-            rb,
-            fault: None,
-        };
+        let view =
+            TraceView { head, le: E::LITTLE, heap_start: hdr.heap_start, h0: hdr.h0, scratch, stack, rb, fault: None };
         tr.step(pc, Insn::decode(w).map_err(|_| w), &view);
     }
 }
@@ -1605,7 +1631,7 @@ fn build_child<E: Endian>(
     buf: &[u8],
     hdr: &Hdr,
     scratch: &[u32],
-    sp: usize,
+    stack: &[[u8; 4]],
     spec: ChildSpec,
     mtu: usize,
 ) -> Result<Loc, Fault> {
@@ -1624,9 +1650,8 @@ fn build_child<E: Endian>(
     }
     let room = (fixed, mtu);
     // Roots 1: the child's stack, bottom first.
-    let base = sp - 4 * spec.stack_words;
-    for i in 0..spec.stack_words {
-        let w = rd::<E>(buf, base + 4 * i).ok_or(Fault::StackUnderflow)?;
+    for b in stack {
+        let w = E::get(*b);
         let v = Value(w);
         let nw = if v.is_ref() {
             let n = gc_copy::<E>(gc, buf, hdr, scratch, v.datum(), room)?;
