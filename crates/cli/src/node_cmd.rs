@@ -1,21 +1,247 @@
 //! `anode node` (the daemon) and `anode status`.
-use anyhow::{Result, bail};
+use anode_node::daemon::{self, DaemonError, Options};
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+use tracing_subscriber::EnvFilter;
 
 /// Arguments of `anode node`.
 #[derive(Debug, clap::Args)]
-pub struct NodeArgs {}
+#[command(after_help = "\
+The node binds one UDP socket per [[interface]], forwards SNAP and plain \
+packets between its neighbours, and serves local applications on \
+<run_dir>/app.sock and `anode status` on <run_dir>/control.sock \
+(run_dir defaults to <tmp>/anode-<address>). SIGTERM or SIGINT stops it \
+cleanly. See docs/node.md and examples/node/ for the configuration format.")]
+pub struct NodeArgs {
+    /// Node configuration file (TOML).
+    #[arg(long, short, value_name = "FILE")]
+    config: PathBuf,
+    /// Log filter: a level (error, warn, info, debug, trace) or tracing
+    /// directives like `anode_node=debug`. Default: $RUST_LOG, else info.
+    #[arg(long, value_name = "FILTER")]
+    log: Option<String>,
+    /// Check the configuration and topology, print a summary, and exit.
+    #[arg(long)]
+    check: bool,
+}
 
 /// Arguments of `anode status`.
 #[derive(Debug, clap::Args)]
-pub struct StatusArgs {}
+#[command(group(clap::ArgGroup::new("which").args(["run_dir", "config"])))]
+pub struct StatusArgs {
+    /// The node's run directory (holds control.sock).
+    #[arg(long, value_name = "DIR")]
+    run_dir: Option<PathBuf>,
+    /// The node's configuration file, to find its run directory.
+    #[arg(long, short, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Print the raw JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Print the Prometheus text exposition instead.
+    #[arg(long, conflicts_with = "json")]
+    metrics: bool,
+}
+
+fn init_logging(filter: Option<&str>) -> Result<()> {
+    let filter = match filter {
+        Some(f) => EnvFilter::try_new(f).with_context(|| format!("bad --log filter {f:?}"))?,
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    Ok(())
+}
 
 /// Runs the daemon.
-pub fn run(_a: NodeArgs) -> Result<ExitCode> {
-    bail!("anode node: not implemented yet")
+pub fn run(a: NodeArgs) -> Result<ExitCode> {
+    init_logging(a.log.as_deref())?;
+    let cfg = match daemon::load_config(&a.config) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("{e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    if a.check {
+        let c = &cfg.config;
+        println!("{}: node {} with {} interface(s), MTU {}", cfg.path.display(), c.address, c.interfaces.len(), c.mtu);
+        if let Some(t) = &cfg.topology_path {
+            println!("topology {}", t.display());
+        }
+        println!("run directory {}", daemon::run_dir_of(c).display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let stop = AtomicBool::new(false);
+    match daemon::run(&cfg, &Options { signals: true }, &stop) {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(e) => {
+            tracing::error!("{}: {e}", cfg.path.display());
+            Ok(ExitCode::from(match e {
+                DaemonError::Config { .. } | DaemonError::ReadFile { .. } => 2,
+                _ => 1,
+            }))
+        }
+    }
 }
 
 /// Prints a running node's counters.
-pub fn status(_a: StatusArgs) -> Result<ExitCode> {
-    bail!("anode status: not implemented yet")
+pub fn status(a: StatusArgs) -> Result<ExitCode> {
+    let run_dir = match (&a.run_dir, &a.config) {
+        (Some(d), _) => d.clone(),
+        (None, Some(c)) => daemon::run_dir_of(&daemon::load_config(c)?.config),
+        (None, None) => bail!("say which node: --run-dir DIR or --config FILE"),
+    };
+    let request = if a.metrics { "metrics" } else { "status" };
+    let answer = daemon::query(&run_dir, request, Duration::from_secs(5)).with_context(|| {
+        format!("no node answers on {} (is it running?)", run_dir.join(daemon::CONTROL_SOCKET).display())
+    })?;
+    if a.metrics || a.json {
+        print!("{answer}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let v: Value = serde_json::from_str(&answer).context("the node's status is not JSON")?;
+    print!("{}", render(&v));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn num(v: &Value, k: &str) -> u64 {
+    v.get(k).and_then(Value::as_u64).unwrap_or(0)
+}
+
+fn text<'a>(v: &'a Value, k: &str) -> &'a str {
+    v.get(k).and_then(Value::as_str).unwrap_or("?")
+}
+
+/// Renders a status JSON as tables: interfaces, packets, nonzero drops, VM
+/// faults by kind.
+pub(crate) fn render(v: &Value) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let up = v.get("uptime_s").and_then(Value::as_f64).unwrap_or(0.0);
+    let _ = writeln!(
+        s,
+        "node {}  up {}  mtu {}  pid {}",
+        text(v, "address"),
+        human_duration(up),
+        num(v, "mtu"),
+        num(v, "pid")
+    );
+    let _ = writeln!(
+        s,
+        "\n{:<12} {:<22} {:>10} {:>12} {:>10} {:>12}",
+        "interface", "listen", "rx pkts", "rx bytes", "tx pkts", "tx bytes"
+    );
+    for i in v.get("interfaces").and_then(Value::as_array).into_iter().flatten() {
+        let _ = writeln!(
+            s,
+            "{:<12} {:<22} {:>10} {:>12} {:>10} {:>12}",
+            text(i, "name"),
+            text(i, "listen"),
+            num(i, "rx_packets"),
+            num(i, "rx_bytes"),
+            num(i, "tx_packets"),
+            num(i, "tx_bytes")
+        );
+    }
+    let _ = writeln!(s, "\npackets");
+    if let Some(p) = v.get("packets").and_then(Value::as_object) {
+        // The order packets flow in, then anything newer.
+        const ORDER: [&str; 10] = [
+            "rx_snap",
+            "rx_plain",
+            "rx_unknown",
+            "injected",
+            "snap_forwarded",
+            "snap_children",
+            "plain_forwarded",
+            "passed_on",
+            "delivered",
+            "vm_instructions",
+        ];
+        let rest = p.keys().filter(|k| !ORDER.contains(&k.as_str())).map(String::as_str);
+        for k in ORDER.into_iter().filter(|k| p.contains_key(*k)).chain(rest) {
+            let _ = writeln!(s, "  {:<20} {:>12}", k, num(&v["packets"], k));
+        }
+    }
+    let nonzero = |key: &str| -> Vec<(String, u64)> {
+        v.get(key)
+            .and_then(Value::as_object)
+            .map(|o| o.iter().filter_map(|(k, n)| n.as_u64().filter(|n| *n > 0).map(|n| (k.clone(), n))).collect())
+            .unwrap_or_default()
+    };
+    let drops = nonzero("drops");
+    let total: u64 = drops.iter().map(|d| d.1).sum();
+    let _ = writeln!(s, "\ndrops: {total}");
+    for (k, n) in &drops {
+        let _ = writeln!(s, "  {k:<20} {n:>12}");
+    }
+    let faults = nonzero("vm_faults");
+    let total: u64 = faults.iter().map(|d| d.1).sum();
+    let _ = writeln!(s, "\nvm faults: {total}");
+    for (k, n) in &faults {
+        let _ = writeln!(s, "  {k:<20} {n:>12}");
+    }
+    if let Some(l) = v.get("local") {
+        let ports: Vec<String> = l
+            .get("ports")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_u64)
+            .map(|p| p.to_string())
+            .collect();
+        let _ = writeln!(
+            s,
+            "\nlocal: ports [{}]  requests {}  refused {}  clients gone {}",
+            ports.join(", "),
+            num(l, "requests"),
+            num(l, "refused"),
+            num(l, "clients_gone")
+        );
+    }
+    s
+}
+
+fn human_duration(secs: f64) -> String {
+    let t = secs as u64;
+    match t {
+        0..60 => format!("{secs:.1}s"),
+        60..3600 => format!("{}m{:02}s", t / 60, t % 60),
+        _ => format!("{}h{:02}m", t / 3600, (t % 3600) / 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_nonzero_drops_and_faults() {
+        let v: Value = serde_json::json!({
+            "address": "10.0.0.2", "uptime_s": 75.2, "mtu": 1400, "pid": 42,
+            "interfaces": [{"name": "west", "listen": "127.0.0.1:7002", "rx_packets": 3, "rx_bytes": 300,
+                            "tx_packets": 2, "tx_bytes": 200}],
+            "packets": {"rx_snap": 2, "snap_forwarded": 2},
+            "drops": {"no_route": 0, "vm_fault": 4, "anep_truncated": 1},
+            "vm_faults": {"stack_underflow": 4, "bad_port": 0},
+            "local": {"ports": [7, 9], "requests": 5, "refused": 1, "clients_gone": 0}
+        });
+        let s = render(&v);
+        assert!(s.contains("node 10.0.0.2  up 1m15s"), "{s}");
+        assert!(s.contains("west         127.0.0.1:7002"), "{s}");
+        assert!(s.contains("drops: 5"), "{s}");
+        assert!(s.contains("vm_fault"), "{s}");
+        assert!(!s.contains("no_route"), "zero drops are not shown: {s}");
+        assert!(!s.contains("bad_port"), "{s}");
+        assert!(s.contains("stack_underflow"), "{s}");
+        assert!(s.contains("ports [7, 9]"), "{s}");
+    }
 }

@@ -214,6 +214,14 @@ impl Node {
         self.env.next_hop(dest)
     }
 
+    /// The routing table: (destination, next-hop neighbour), sorted by
+    /// destination. Without a default route.
+    pub fn routes(&self) -> Vec<(Ipv4Addr, Ipv4Addr)> {
+        let mut v: Vec<_> = self.env.next_hop.iter().map(|(d, v)| (*d, *v)).collect();
+        v.sort();
+        v
+    }
+
     /// The service table, to register node services at run time.
     pub fn services_mut(&mut self) -> &mut ServiceTable {
         &mut self.env.services
@@ -289,9 +297,10 @@ impl Node {
         buf.resize(recv_buffer_len(self.mtu).max(anep::HEADER_LEN + packet.len() * 5), 0);
         anep::write_header(&mut buf, anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_SNAP, packet.len());
         buf[anep::HEADER_LEN..anep::HEADER_LEN + packet.len()].copy_from_slice(packet);
+        let mark = (out.transmits.len(), out.deliveries.len());
         self.run_snap(&mut buf, anep::HEADER_LEN, anep::HEADER_LEN + packet.len(), out);
         // Transmissions that point into `buf` must move to the arena.
-        self.detach(&buf, out);
+        self.detach(&buf, out, mark);
         self.scratch = buf;
         self.drain_loopback(now_ms, out);
     }
@@ -318,14 +327,17 @@ impl Node {
         }
     }
 
-    fn detach(&self, buf: &[u8], out: &mut Outbox) {
-        for i in 0..out.transmits.len() {
+    /// Moves the bytes of the transmissions and deliveries from index `mark`
+    /// on that point into `buf` to the arena. Earlier entries point into
+    /// other buffers (the caller's receive buffer) and are left alone.
+    fn detach(&self, buf: &[u8], out: &mut Outbox, mark: (usize, usize)) {
+        for i in mark.0..out.transmits.len() {
             if let Data::Input(r) = out.transmits[i].data.clone() {
                 let d = out.push_arena(&[buf.get(r).unwrap_or(&[])]);
                 out.transmits[i].data = d;
             }
         }
-        for i in 0..out.deliveries.len() {
+        for i in mark.1..out.deliveries.len() {
             if let Data::Input(r) = out.deliveries[i].data.clone() {
                 let d = out.push_arena(&[buf.get(r).unwrap_or(&[])]);
                 out.deliveries[i].data = d;
@@ -347,8 +359,9 @@ impl Node {
             buf.resize(recv_buffer_len(self.mtu).max(p.len() * 5), 0);
             buf[..p.len()].copy_from_slice(&p);
             self.env.now_ms = now_ms;
+            let mark = (out.transmits.len(), out.deliveries.len());
             self.run_snap(&mut buf, anep::HEADER_LEN, p.len(), out);
-            self.detach(&buf, out);
+            self.detach(&buf, out, mark);
             self.scratch = buf;
         }
     }

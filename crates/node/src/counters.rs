@@ -59,7 +59,8 @@ pub struct Counters {
     pub ifaces: Vec<IfaceCounters>,
     /// Drops by reason, indexed by [`Drop`].
     pub drops: [u64; N_DROPS],
-    /// SNAP packets received from the network.
+    /// SNAP packets executed here: received from the network, or sent by a
+    /// packet to this node itself (`send` to its own address).
     pub rx_snap: u64,
     /// Plain packets received from the network.
     pub rx_plain: u64,

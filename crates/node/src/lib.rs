@@ -8,12 +8,19 @@
 //! - [`core`]: the sans-I/O node: datagrams in, transmissions and deliveries
 //!   out. Multi-node behaviour is tested in one process through it.
 //! - [`local`]: the message format of the local application API.
+//! - [`fuzzing`]: entry points for the cargo-fuzz targets under `fuzz/`.
+//! - [`daemon`]: the UDP daemon around the core (`anode node`): sockets,
+//!   batching, the local application and control sockets, metrics.
+//! - [`client`]: a blocking client for that API, used by `anode ping` and friends.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod anep;
+pub mod client;
 pub mod config;
 pub mod core;
 pub mod counters;
+pub mod daemon;
+pub mod fuzzing;
 pub mod local;
 pub mod plain;
