@@ -44,7 +44,7 @@ enum Cmd {
     Send(apps::SendArgs),
     /// Receive what is sent to a local application port.
     Recv(apps::RecvArgs),
-    /// Multicast a payload over a tree of nodes, limited by its resource bound.
+    /// Multicast a message to a list of hosts in one SNAP packet, limited by its resource bound.
     Multicast(apps::MulticastArgs),
     /// Start or stop a testbed of nodes from a topology file.
     #[command(subcommand)]
