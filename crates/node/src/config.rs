@@ -6,7 +6,7 @@
 
 use core::net::{Ipv4Addr, SocketAddr};
 use serde::Deserialize;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 /// A configuration problem, with enough context to fix it.
@@ -259,21 +259,7 @@ impl Topology {
         if !self.nodes.iter().any(|n| n.address == from) {
             return Err(ConfigError::NotInTopology(from));
         }
-        let mut first = BTreeMap::new();
-        let mut q = VecDeque::new();
-        for n in self.neighbors(from) {
-            first.insert(n, n);
-            q.push_back(n);
-        }
-        while let Some(u) = q.pop_front() {
-            let hop = first[&u];
-            for v in self.neighbors(u) {
-                if v != from && !first.contains_key(&v) {
-                    first.insert(v, hop);
-                    q.push_back(v);
-                }
-            }
-        }
+        let first = anode_snap::sim::first_hops(from, |a| self.neighbors(a));
         Ok(first)
     }
 }

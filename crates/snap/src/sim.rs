@@ -129,22 +129,7 @@ impl Network {
     fn compute_routes(&mut self) {
         let addrs: Vec<_> = self.nodes.keys().copied().collect();
         for &src in &addrs {
-            // BFS from src; first hop of each shortest path.
-            let mut first: BTreeMap<Ipv4Addr, Ipv4Addr> = BTreeMap::new();
-            let mut q = VecDeque::new();
-            for n in self.neighbors_of(src) {
-                first.insert(n, n);
-                q.push_back(n);
-            }
-            while let Some(u) = q.pop_front() {
-                let hop = first[&u];
-                for v in self.neighbors_of(u) {
-                    if v != src && !first.contains_key(&v) {
-                        first.insert(v, hop);
-                        q.push_back(v);
-                    }
-                }
-            }
+            let first = first_hops(src, |a| self.neighbors_of(a));
             let nbrs = self.neighbors_of(src);
             if let Some(node) = self.nodes.get_mut(&src) {
                 node.routes = first.into_iter().collect();
@@ -209,6 +194,32 @@ impl Network {
         }
         report
     }
+}
+
+/// Shortest-path routing by breadth-first search: the first hop from `from`
+/// toward every node reachable through `neighbors`. Ties go to the neighbour
+/// listed first, so with sorted neighbour lists every node computes
+/// consistent routes. Used by this simulator and by the node's topology
+/// routes.
+pub fn first_hops(from: Ipv4Addr, neighbors: impl Fn(Ipv4Addr) -> Vec<Ipv4Addr>) -> BTreeMap<Ipv4Addr, Ipv4Addr> {
+    let mut first = BTreeMap::new();
+    let mut q = VecDeque::new();
+    for n in neighbors(from) {
+        if n != from && !first.contains_key(&n) {
+            first.insert(n, n);
+            q.push_back(n);
+        }
+    }
+    while let Some(u) = q.pop_front() {
+        let hop = first[&u];
+        for v in neighbors(u) {
+            if v != from && !first.contains_key(&v) {
+                first.insert(v, hop);
+                q.push_back(v);
+            }
+        }
+    }
+    first
 }
 
 impl SimpleNode {
