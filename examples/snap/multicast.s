@@ -11,10 +11,11 @@
 ;
 ; Branches go forward only, so the neighbour loop is unrolled over neighbours
 ; 0, 1 and 2 (`nbr i` is unit when there is none): nodes of degree at most 3.
-; A node runs at most (its degree − 1) sends plus one demux, or degree sends
-; plus one demux at the origin, and SNAP allows one network operation per
-; interface: a binary tree's inner nodes and its root need three interfaces
-; (up, left, right), its leaves one.
+; The origin does not deliver (its application already has the payload), so
+; every node performs at most as many network operations as it has links:
+; degree sends at the origin, degree − 1 sends plus one demux elsewhere. SNAP
+; allows one network operation per interface, so this runs on nodes with one
+; interface per link, as `anode testbed` builds them.
 .src 10.0.0.1
 .dst 10.0.0.1
 .rb 7
@@ -120,7 +121,11 @@ s1skip: pop
         send
         popi 2
 s2skip: pop
-; --- deliver here, on the originating application's port ---
+; --- deliver here, on the originating application's port; not at the origin ---
         pop                     ; [payload]
+        getsrc
+        ishere
+        bne origin
         getport
         demux
+origin: exit

@@ -23,7 +23,8 @@ const PING: &str = include_str!("../../../examples/snap/ping.s");
 const PING_COMPILED: &str = include_str!("../../../examples/snap/ping_compiled.s");
 const TRACEROUTE: &str = include_str!("../../../examples/snap/traceroute.s");
 const UDP: &str = include_str!("../../../examples/snap/udp.s");
-const MCAST: &str = include_str!("../../../examples/snap/mcast_tree.s");
+const MCAST: &str = include_str!("../../../examples/snap/mcast_chain.s");
+const TREE: &str = include_str!("../../../examples/snap/multicast.s");
 
 /// Bytes of a ping payload before its padding: sequence number (4) and send
 /// time (8).
@@ -126,8 +127,13 @@ pub struct RecvArgs {
 pub struct MulticastArgs {
     /// Hosts to deliver to, visited in this order (comma separated). Every
     /// host but the last needs two interfaces (SNAP §IV-A.1).
-    #[arg(long, value_delimiter = ',', required = true)]
+    #[arg(long, value_delimiter = ',', required_unless_present = "tree", conflicts_with = "tree")]
     pub to: Vec<Ipv4Addr>,
+    /// Flood the whole tree instead (examples/snap/multicast.s): every node
+    /// but this one delivers once; the resource bound, split evenly among
+    /// the children at each node, limits the depth reached.
+    #[arg(long)]
+    pub tree: bool,
     /// Application port at each host.
     #[arg(long, default_value_t = 7000)]
     pub port: u16,
@@ -313,7 +319,7 @@ fn udp_chunk(mtu: usize) -> Result<usize> {
 }
 
 /// The multicast packet: stack [port :: message :: host1 :: ... :: hostn]
-/// (see `examples/snap/mcast_tree.s` for how it works and what its
+/// (see `examples/snap/mcast_chain.s` for how it works and what its
 /// resource bound allows).
 fn mcast_packet(src: Ipv4Addr, hosts: &[Ipv4Addr], rb: u16, port: u16, msg: &[u8]) -> Result<Vec<u8>> {
     let Some(first) = hosts.first() else { bail!("multicast needs at least one host") };
@@ -325,7 +331,7 @@ fn mcast_packet(src: Ipv4Addr, hosts: &[Ipv4Addr], rb: u16, port: u16, msg: &[u8
     for a in hosts {
         stack.push_str(&format!(", {a}"));
     }
-    build("mcast_tree.s", MCAST, &stack, Header { src, dst: *first, rb, port })
+    build("mcast_chain.s", MCAST, &stack, Header { src, dst: *first, rb, port })
 }
 
 /// Decodes a delivered tuple (docs/snap.md §2.5): per element a tag byte, a
@@ -600,6 +606,21 @@ pub fn recv(a: RecvArgs) -> Result<ExitCode> {
 
 /// `anode multicast`.
 pub fn multicast(a: MulticastArgs) -> Result<ExitCode> {
+    if a.tree {
+        let rb = a.rb.unwrap_or(64);
+        let (mut c, here, mtu) = connect(&a.sel)?;
+        let pkt =
+            build("multicast.s", TREE, &blob(a.message.as_bytes()), Header { src: here, dst: here, rb, port: a.port })?;
+        check_mtu(pkt.len(), mtu, "multicast")?;
+        c.inject(&pkt)?;
+        eprintln!(
+            "anode multicast: {} bytes to port {} on every node of the tree from {here} ({}-byte packet, rb {rb})",
+            a.message.len(),
+            a.port,
+            pkt.len()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let hosts = a.to.len();
     let rb = match a.rb {
         Some(rb) => rb,

@@ -198,3 +198,54 @@ fn line4_up_status_down_leaves_no_process() {
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
     assert!(text(&o).contains("0 of 4 nodes running"), "{}", text(&o));
 }
+
+/// Issue 4's multicast example on real daemons: one SNAP packet injected at
+/// the root of the 7-node tree floods it; every other node delivers the
+/// payload exactly once, with one network operation per interface.
+#[test]
+fn tree_multicast_reaches_every_node_once() {
+    let s = Scratch::new("tree");
+    let tree7 = topology_path("tree7");
+    let tree7 = tree7.to_str().expect("utf-8");
+    let o = anode(&["testbed", "up", tree7], &s.0);
+    assert!(o.status.success(), "up: {}", text(&o));
+    let nodes = ["b", "c", "d", "e", "f", "g"];
+    let receivers: Vec<_> = nodes
+        .iter()
+        .map(|n| {
+            Command::new(ANODE)
+                .args(["recv", "7100", "--count", "2", "--timeout", "3", "--run-dir"])
+                .arg(s.0.join(n))
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn recv")
+        })
+        .collect();
+    // Let every receiver register its port before the packet goes out.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    for n in nodes {
+        loop {
+            let st = Command::new(ANODE).args(["status", "--json", "--run-dir"]).arg(s.0.join(n)).output();
+            let ready = st.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("7100"));
+            if ready || std::time::Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    let m = Command::new(ANODE)
+        .args(["multicast", "--tree", "--port", "7100", "hello tree", "--run-dir"])
+        .arg(s.0.join("a"))
+        .output()
+        .expect("multicast");
+    assert!(m.status.success(), "multicast: {}", text(&m));
+    for (n, r) in nodes.iter().zip(receivers) {
+        // --count 2 with a 3 s timeout: exactly one copy arrives, so recv
+        // ends on the timeout having received one packet.
+        let o = r.wait_with_output().expect("recv");
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(out, "hello tree", "node {n} received {out:?}; {}", String::from_utf8_lossy(&o.stderr));
+        assert!(String::from_utf8_lossy(&o.stderr).contains("in 1 packets"), "node {n}: {}", text(&o));
+    }
+}
