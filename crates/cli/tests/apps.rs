@@ -1,9 +1,10 @@
 //! The applications against real daemons: three `anode node` processes on
 //! loopback in a line 10.0.0.1 — 10.0.0.2 — 10.0.0.3, each test with its own
 //! network (fresh ports and run directories), killed when the test ends.
+mod common;
+
 use anode_node::client::Client;
 use std::io::{BufRead, BufReader};
-use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -28,35 +29,14 @@ impl Line {
         ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
-        // Free UDP ports: bind them all at once so they differ, then let go.
-        let socks: Vec<UdpSocket> = (0..4).map(|_| UdpSocket::bind("127.0.0.1:0").expect("udp")).collect();
-        let p: Vec<u16> = socks.iter().map(|s| s.local_addr().expect("addr").port()).collect();
-        drop(socks);
-        let (n1, n2w, n2e, n3) = (p[0], p[1], p[2], p[3]);
-        let configs = [
-            format!(
-                "address = \"10.0.0.1\"\nrun_dir = \"{}\"\n\
-                 [[interface]]\nname = \"east\"\nlisten = \"127.0.0.1:{n1}\"\n\
-                 neighbors = [{{ address = \"10.0.0.2\", endpoint = \"127.0.0.1:{n2w}\" }}]\n\
-                 [routes]\ndefault_via = \"10.0.0.2\"\n",
-                dir.join("n1").display()
-            ),
-            format!(
-                "address = \"10.0.0.2\"\nrun_dir = \"{}\"\n\
-                 [[interface]]\nname = \"west\"\nlisten = \"127.0.0.1:{n2w}\"\n\
-                 neighbors = [{{ address = \"10.0.0.1\", endpoint = \"127.0.0.1:{n1}\" }}]\n\
-                 [[interface]]\nname = \"east\"\nlisten = \"127.0.0.1:{n2e}\"\n\
-                 neighbors = [{{ address = \"10.0.0.3\", endpoint = \"127.0.0.1:{n3}\" }}]\n",
-                dir.join("n2").display()
-            ),
-            format!(
-                "address = \"10.0.0.3\"\nrun_dir = \"{}\"\n\
-                 [[interface]]\nname = \"west\"\nlisten = \"127.0.0.1:{n3}\"\n\
-                 neighbors = [{{ address = \"10.0.0.2\", endpoint = \"127.0.0.1:{n2e}\" }}]\n\
-                 [routes]\ndefault_via = \"10.0.0.2\"\n",
-                dir.join("n3").display()
-            ),
-        ];
+        let ifaces = common::line3_interfaces(&common::free_ports(4));
+        let routes = ["[routes]\ndefault_via = \"10.0.0.2\"\n", "", "[routes]\ndefault_via = \"10.0.0.2\"\n"];
+        let configs: Vec<String> = (0..3)
+            .map(|i| {
+                let run = dir.join(format!("n{}", i + 1));
+                format!("address = \"10.0.0.{}\"\nrun_dir = \"{}\"\n{}{}", i + 1, run.display(), ifaces[i], routes[i])
+            })
+            .collect();
         let mut line = Line { dir: dir.clone(), nodes: Vec::new() };
         for (i, cfg) in configs.iter().enumerate() {
             let file = dir.join(format!("n{}.toml", i + 1));

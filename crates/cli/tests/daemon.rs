@@ -5,6 +5,8 @@
 //! Every test uses its own ports (bound to port 0 first, then released) and
 //! its own temporary directory, so the tests run in parallel.
 
+mod common;
+
 use anode_node::daemon::{self, APP_SOCKET, CONTROL_SOCKET};
 use anode_node::local::{Reply, Request};
 use anode_snap::asm;
@@ -52,10 +54,7 @@ impl Drop for TempDir {
 }
 
 /// `n` UDP ports free right now on 127.0.0.1.
-fn free_ports(n: usize) -> Vec<u16> {
-    let socks: Vec<UdpSocket> = (0..n).map(|_| UdpSocket::bind("127.0.0.1:0").expect("bind")).collect();
-    socks.iter().map(|s| s.local_addr().expect("addr").port()).collect()
-}
+use common::free_ports;
 
 /// A running daemon, killed at drop if still alive.
 struct Daemon {
@@ -156,25 +155,7 @@ impl Line {
              link = [{ a = \"n1\", b = \"n2\" }, { a = \"n2\", b = \"n3\" }]\n",
         )
         .expect("topology");
-        let ifaces = [
-            format!(
-                "[[interface]]\nname = \"east\"\nlisten = \"127.0.0.1:{}\"\n\
-                 neighbors = [{{ address = \"10.0.0.2\", endpoint = \"127.0.0.1:{}\" }}]\n",
-                p[0], p[1]
-            ),
-            format!(
-                "[[interface]]\nname = \"west\"\nlisten = \"127.0.0.1:{}\"\n\
-                 neighbors = [{{ address = \"10.0.0.1\", endpoint = \"127.0.0.1:{}\" }}]\n\
-                 [[interface]]\nname = \"east\"\nlisten = \"127.0.0.1:{}\"\n\
-                 neighbors = [{{ address = \"10.0.0.3\", endpoint = \"127.0.0.1:{}\" }}]\n",
-                p[1], p[0], p[2], p[3]
-            ),
-            format!(
-                "[[interface]]\nname = \"west\"\nlisten = \"127.0.0.1:{}\"\n\
-                 neighbors = [{{ address = \"10.0.0.2\", endpoint = \"127.0.0.1:{}\" }}]\n",
-                p[3], p[2]
-            ),
-        ];
+        let ifaces = common::line3_interfaces(&p);
         let mut configs = Vec::new();
         for (i, iface) in ifaces.iter().enumerate() {
             let nd = dir.0.join(format!("n{}", i + 1));

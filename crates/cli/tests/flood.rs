@@ -17,6 +17,8 @@
 //! Nothing here asserts a timing; the figures go to stderr
 //! (`cargo test --test flood -- --nocapture`).
 
+mod common;
+
 use anode_node::anep::{self, FLAG_DISCARD_UNKNOWN, TYPE_AUTH, TYPE_CAPSULE, TYPE_PLAIN, TYPE_SNAP};
 use anode_node::client::Client;
 use anode_node::daemon;
@@ -70,37 +72,18 @@ impl Line {
         ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
-        // Free UDP ports: bind them all at once so they differ, then let go.
-        let socks: Vec<UdpSocket> = (0..4).map(|_| UdpSocket::bind("127.0.0.1:0").expect("udp")).collect();
-        let p: Vec<u16> = socks.iter().map(|s| s.local_addr().expect("addr").port()).collect();
-        drop(socks);
-        let (a, bw, be, c) = (p[0], p[1], p[2], p[3]);
-        let configs = [
-            format!(
-                "address = \"10.0.0.1\"\nrun_dir = \"{}\"\n\
-                 [[interface]]\nname = \"east\"\nlisten = \"127.0.0.1:{a}\"\n\
-                 neighbors = [{{ address = \"10.0.0.2\", endpoint = \"127.0.0.1:{bw}\" }}]\n\
-                 [routes]\ndefault_via = \"10.0.0.2\"\n",
-                dir.join("a").display()
-            ),
-            // b has no default route: unknown types and plain packets to
-            // unknown destinations end at b.
-            format!(
-                "address = \"10.0.0.2\"\nrun_dir = \"{}\"\n\
-                 [[interface]]\nname = \"west\"\nlisten = \"127.0.0.1:{bw}\"\n\
-                 neighbors = [{{ address = \"10.0.0.1\", endpoint = \"127.0.0.1:{a}\" }}]\n\
-                 [[interface]]\nname = \"east\"\nlisten = \"127.0.0.1:{be}\"\n\
-                 neighbors = [{{ address = \"10.0.0.3\", endpoint = \"127.0.0.1:{c}\" }}]\n",
-                dir.join("b").display()
-            ),
-            format!(
-                "address = \"10.0.0.3\"\nrun_dir = \"{}\"\n\
-                 [[interface]]\nname = \"west\"\nlisten = \"127.0.0.1:{c}\"\n\
-                 neighbors = [{{ address = \"10.0.0.2\", endpoint = \"127.0.0.1:{be}\" }}]\n\
-                 [routes]\ndefault_via = \"10.0.0.2\"\n",
-                dir.join("c").display()
-            ),
-        ];
+        let ports = common::free_ports(4);
+        let bw = ports[1];
+        let ifaces = common::line3_interfaces(&ports);
+        // b has no default route: unknown types and plain packets to
+        // unknown destinations end at b.
+        let routes = ["[routes]\ndefault_via = \"10.0.0.2\"\n", "", "[routes]\ndefault_via = \"10.0.0.2\"\n"];
+        let configs: Vec<String> = (0..3)
+            .map(|i| {
+                let run = dir.join(Line::name(i));
+                format!("address = \"10.0.0.{}\"\nrun_dir = \"{}\"\n{}{}", i + 1, run.display(), ifaces[i], routes[i])
+            })
+            .collect();
         let mut line = Line { dir: dir.clone(), nodes: Vec::new(), b_west: bw };
         for (name, cfg) in ["a", "b", "c"].iter().zip(&configs) {
             let file = dir.join(format!("{name}.toml"));
