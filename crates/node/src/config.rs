@@ -268,19 +268,7 @@ impl Topology {
 mod tests {
     use super::*;
 
-    const NODE: &str = r#"
-address = "10.0.0.2"
-[[interface]]
-name = "west"
-listen = "127.0.0.1:7002"
-neighbors = [{ address = "10.0.0.1", endpoint = "127.0.0.1:7001" }]
-[[interface]]
-name = "east"
-listen = "127.0.0.1:7012"
-neighbors = [{ address = "10.0.0.3", endpoint = "127.0.0.1:7003" }]
-[routes]
-static = [{ dest = "10.0.0.4", via = "10.0.0.3" }]
-"#;
+    use crate::fuzzing::NODE;
 
     #[test]
     fn parses_and_validates() {

@@ -140,6 +140,18 @@ impl Env {
 /// work of one call.
 pub const MAX_LOOPBACK: usize = 64;
 
+/// Whether a local application registered `port`: counts the delivery, or
+/// a `no_listener` drop.
+fn listener(ports: &BTreeSet<u16>, counters: &mut Counters, port: u16) -> bool {
+    if ports.contains(&port) {
+        counters.delivered += 1;
+        true
+    } else {
+        counters.drop(Drop::NoListener);
+        false
+    }
+}
+
 /// An anode node, without I/O.
 #[derive(Debug)]
 pub struct Node {
@@ -315,7 +327,10 @@ impl Node {
         buf[anep::HEADER_LEN + plain::HEADER_LEN..].copy_from_slice(payload);
         let len = buf.len();
         if dst == self.env.here {
-            self.deliver(out, port, Data::Arena(0..0), &buf[anep::HEADER_LEN + plain::HEADER_LEN..]);
+            if listener(&self.ports, &mut self.counters, port) {
+                let data = out.push_arena(&[&buf[anep::HEADER_LEN + plain::HEADER_LEN..]]);
+                out.deliveries.push(Delivery { port, data });
+            }
             return;
         }
         match self.env.route(dst) {
@@ -370,19 +385,6 @@ impl Node {
         out.transmits.push(Transmit { iface, to, data });
     }
 
-    fn deliver(&mut self, out: &mut Outbox, port: u16, data: Data, bytes: &[u8]) {
-        if !self.ports.contains(&port) {
-            self.counters.drop(Drop::NoListener);
-            return;
-        }
-        self.counters.delivered += 1;
-        let data = match data {
-            Data::Arena(r) if r.is_empty() && !bytes.is_empty() => out.push_arena(&[bytes]),
-            d => d,
-        };
-        out.deliveries.push(Delivery { port, data });
-    }
-
     /// Runs the SNAP packet at `buf[ps..len]` (the ANEP header is in
     /// `buf[..ps]`) and turns its actions into transmissions and deliveries.
     fn run_snap(&mut self, buf: &mut [u8], ps: usize, len: usize, out: &mut Outbox) {
@@ -431,19 +433,12 @@ impl Node {
                     out.transmits.push(Transmit { iface, to, data });
                 }
                 Action::Deliver { port, payload } => {
-                    let data = match payload {
-                        Loc::Input(r) => Data::Input(ps + r.start..ps + r.end),
-                        Loc::Arena(_) => Data::Arena(0..0),
-                    };
-                    let bytes = res.bytes(payload, &buf[ps..]);
-                    if !self.ports.contains(port) {
-                        self.counters.drop(Drop::NoListener);
+                    if !listener(&self.ports, &mut self.counters, *port) {
                         continue;
                     }
-                    self.counters.delivered += 1;
-                    let data = match data {
-                        Data::Arena(_) => out.push_arena(&[bytes]),
-                        d => d,
+                    let data = match payload {
+                        Loc::Input(r) => Data::Input(ps + r.start..ps + r.end),
+                        Loc::Arena(_) => out.push_arena(&[res.bytes(payload, &buf[ps..])]),
                     };
                     out.deliveries.push(Delivery { port: *port, data });
                 }
@@ -463,12 +458,8 @@ impl Node {
             }
         };
         if p.dst == self.env.here {
-            let r = ps + plain::HEADER_LEN..len;
-            if self.ports.contains(&p.port) {
-                self.counters.delivered += 1;
-                out.deliveries.push(Delivery { port: p.port, data: Data::Input(r) });
-            } else {
-                self.counters.drop(Drop::NoListener);
+            if listener(&self.ports, &mut self.counters, p.port) {
+                out.deliveries.push(Delivery { port: p.port, data: Data::Input(ps + plain::HEADER_LEN..len) });
             }
             return;
         }

@@ -25,9 +25,10 @@ use core::net::{Ipv4Addr, SocketAddr};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::OnceLock;
 
-/// The node the datagram target feeds: 10.0.0.2 between 10.0.0.1 (`west`)
-/// and 10.0.0.3 (`east`), with a static route to 10.0.0.4.
-const NODE: &str = r#"
+/// The node the datagram target feeds (also the configuration unit tests
+/// use): 10.0.0.2 between 10.0.0.1 (`west`) and 10.0.0.3 (`east`), with a
+/// static route to 10.0.0.4.
+pub const NODE: &str = r#"
 address = "10.0.0.2"
 [[interface]]
 name = "west"
