@@ -27,7 +27,8 @@
 //!
 //! Type ids used by anode (the experimental range, documented in
 //! `docs/node.md`): [`TYPE_SNAP`], [`TYPE_PLAIN`], and reserved for later
-//! issues [`TYPE_CAPSULE`], [`TYPE_CONTROL`], [`TYPE_AUTH`], [`TYPE_HANDSHAKE`].
+//! issues [`TYPE_CAPSULE`], [`TYPE_CONTROL`]; and for SANE [`TYPE_AUTH`],
+//! [`TYPE_ESP`], [`TYPE_HANDSHAKE`].
 
 /// ANEP version this node speaks.
 pub const VERSION: u8 = 1;
@@ -47,10 +48,14 @@ pub const TYPE_PLAIN: u16 = 0xA002;
 pub const TYPE_CAPSULE: u16 = 0xA003;
 /// Reserved: control message (issue 7).
 pub const TYPE_CONTROL: u16 = 0xA004;
-/// Reserved: authenticated packet (issue 6).
+/// An authenticated (not encrypted) datagram: SPI, counter, inner ANEP
+/// datagram, tag (`docs/security.md`).
 pub const TYPE_AUTH: u16 = 0xA005;
-/// Reserved: key-establishment handshake (issue 6).
+/// A key-establishment handshake message (Noise IK or XX).
 pub const TYPE_HANDSHAKE: u16 = 0xA006;
+/// An encrypted and authenticated datagram: like [`TYPE_AUTH`] with the
+/// inner datagram encrypted.
+pub const TYPE_ESP: u16 = 0xA007;
 
 /// Why an ANEP datagram was rejected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

@@ -48,6 +48,34 @@ pub enum ConfigError {
     /// This node's address is not in the topology.
     #[error("this node's address {0} is not in the topology")]
     NotInTopology(Ipv4Addr),
+    /// Security is on but a neighbour has no `key`.
+    #[error("security is on but neighbour {0} has no `key` (its public key, from `anode keys show`)")]
+    MissingNeighborKey(Ipv4Addr),
+    /// A key in the config does not parse.
+    #[error("{what}: {error}")]
+    BadKey {
+        /// Which key.
+        what: String,
+        /// Why.
+        error: String,
+    },
+    /// A bad protection mode name.
+    #[error("{what}: mode {mode:?} is neither \"authenticate\" nor \"encrypt\"")]
+    BadMode {
+        /// Where.
+        what: String,
+        /// The name given.
+        mode: String,
+    },
+    /// Security is on but no key file is configured.
+    #[error("security is on but [security] has no `key` (the node's secret key file, from `anode keys gen`)")]
+    MissingKeyFile,
+    /// Two neighbours share a key.
+    #[error("neighbours {0} and {1} have the same key")]
+    DuplicateNeighborKey(Ipv4Addr, Ipv4Addr),
+    /// A lifetime or rate setting out of range.
+    #[error("[security] {0}")]
+    BadSecuritySetting(String),
 }
 
 fn default_mtu() -> usize {
@@ -62,6 +90,14 @@ pub struct NeighborConfig {
     pub address: Ipv4Addr,
     /// Its UDP endpoint.
     pub endpoint: SocketAddr,
+    /// Its public key (64 hex digits, or a public key file's text). Required
+    /// when security is on: only these keys are accepted (topology freeze).
+    #[serde(default)]
+    pub key: Option<String>,
+    /// Protection of this link: "authenticate" or "encrypt" (default: the
+    /// `[security] mode`).
+    #[serde(default)]
+    pub mode: Option<String>,
 }
 
 /// One interface: a UDP socket and the neighbours reached through it.
@@ -102,6 +138,80 @@ pub struct RoutesConfig {
     pub default_via: Option<Ipv4Addr>,
 }
 
+/// The `[security]` section: SANE authentication between nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecurityConfig {
+    /// On unless set false (false is for baseline measurements only).
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// The node's secret key file (relative paths: to the config file).
+    pub key: Option<PathBuf>,
+    /// Default protection of links: "authenticate" (default) or "encrypt".
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// Public keys of users allowed to connect with Noise XX.
+    #[serde(default)]
+    pub users: Vec<String>,
+    /// Rekey an SA this node initiated after this many seconds.
+    #[serde(default = "rekey_after_secs")]
+    pub rekey_after_secs: u64,
+    /// Never use an SA older than this (seconds).
+    #[serde(default = "reject_after_secs")]
+    pub reject_after_secs: u64,
+    /// Rekey after sending this many packets on an SA.
+    #[serde(default = "rekey_after_packets")]
+    pub rekey_after_packets: u64,
+    /// How long a replaced SA still accepts packets in flight (ms).
+    #[serde(default = "grace_ms")]
+    pub grace_ms: u64,
+    /// Handshake first messages accepted per second from one source.
+    #[serde(default = "handshake_rate")]
+    pub handshake_rate: u32,
+    /// Handshake timestamps further than this from our clock are refused (s).
+    #[serde(default = "max_clock_skew_secs")]
+    pub max_clock_skew_secs: u64,
+}
+
+fn yes() -> bool {
+    true
+}
+fn rekey_after_secs() -> u64 {
+    120
+}
+fn reject_after_secs() -> u64 {
+    180
+}
+fn rekey_after_packets() -> u64 {
+    1 << 60
+}
+fn grace_ms() -> u64 {
+    10_000
+}
+fn handshake_rate() -> u32 {
+    10
+}
+fn max_clock_skew_secs() -> u64 {
+    120
+}
+
+/// Parses a protection mode name.
+pub fn parse_mode(what: &str, m: Option<&str>, default: anode_sec::Mode) -> Result<anode_sec::Mode, ConfigError> {
+    match m {
+        None => Ok(default),
+        Some("authenticate") => Ok(anode_sec::Mode::Authenticate),
+        Some("encrypt") => Ok(anode_sec::Mode::Encrypt),
+        Some(o) => Err(ConfigError::BadMode { what: what.to_string(), mode: o.to_string() }),
+    }
+}
+
+impl SecurityConfig {
+    /// The default link mode.
+    pub fn default_mode(&self) -> Result<anode_sec::Mode, ConfigError> {
+        parse_mode("[security]", self.mode.as_deref(), anode_sec::Mode::Authenticate)
+    }
+}
+
 /// A node's configuration file.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -121,6 +231,8 @@ pub struct NodeConfig {
     /// Routes.
     #[serde(default)]
     pub routes: RoutesConfig,
+    /// Authentication between nodes (off when the section is absent).
+    pub security: Option<SecurityConfig>,
 }
 
 impl NodeConfig {
@@ -165,7 +277,46 @@ impl NodeConfig {
         {
             return Err(ConfigError::ViaNotNeighbor { dest: Ipv4Addr::UNSPECIFIED, via });
         }
+        if let Some(sec) = self.security.as_ref().filter(|s| s.enabled) {
+            if sec.key.is_none() {
+                return Err(ConfigError::MissingKeyFile);
+            }
+            let default = sec.default_mode()?;
+            let mut keys: BTreeMap<anode_sec::PublicKey, Ipv4Addr> = BTreeMap::new();
+            for n in self.interfaces.iter().flat_map(|i| &i.neighbors) {
+                let k = n.key.as_deref().ok_or(ConfigError::MissingNeighborKey(n.address))?;
+                let k = anode_sec::PublicKey::parse(k).map_err(|e| ConfigError::BadKey {
+                    what: format!("neighbour {} key", n.address),
+                    error: e.to_string(),
+                })?;
+                parse_mode(&format!("neighbour {}", n.address), n.mode.as_deref(), default)?;
+                if let Some(other) = keys.insert(k, n.address) {
+                    return Err(ConfigError::DuplicateNeighborKey(other, n.address));
+                }
+            }
+            for (i, u) in sec.users.iter().enumerate() {
+                anode_sec::PublicKey::parse(u).map_err(|e| ConfigError::BadKey {
+                    what: format!("[security] users[{i}]"),
+                    error: e.to_string(),
+                })?;
+            }
+            if sec.rekey_after_secs == 0 || sec.reject_after_secs <= sec.rekey_after_secs {
+                return Err(ConfigError::BadSecuritySetting(
+                    "need 0 < rekey_after_secs < reject_after_secs".to_string(),
+                ));
+            }
+            if sec.rekey_after_packets == 0 || sec.handshake_rate == 0 {
+                return Err(ConfigError::BadSecuritySetting(
+                    "rekey_after_packets and handshake_rate must be positive".to_string(),
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// Whether authentication between nodes is on.
+    pub fn security_enabled(&self) -> bool {
+        self.security.as_ref().is_some_and(|s| s.enabled)
     }
 
     /// Neighbour addresses, in interface order.

@@ -15,6 +15,7 @@ use crate::anep::{self, Anep, AnepError};
 use crate::config::{ConfigError, NodeConfig, Topology};
 use crate::counters::{Counters, Drop};
 use crate::plain::{self, Plain};
+use crate::secure::{self, Guard, SecurityInit};
 use anode_snap::services::ServiceTable;
 use anode_snap::vm::{Action, End, Loc, NodeContext, Vm, VmConfig};
 use core::net::{Ipv4Addr, SocketAddr};
@@ -65,6 +66,8 @@ pub struct Outbox {
     pub deliveries: Vec<Delivery>,
     /// `print` output of SNAP packets, if any.
     pub log: String,
+    /// Security events worth a log line (links up, rekeys), if any.
+    pub events: Vec<String>,
     arena: Vec<u8>,
 }
 
@@ -74,6 +77,7 @@ impl Outbox {
         self.transmits.clear();
         self.deliveries.clear();
         self.log.clear();
+        self.events.clear();
         self.arena.clear();
     }
     /// The bytes of `d`; `input` is the buffer passed to the node.
@@ -163,13 +167,34 @@ pub struct Node {
     pub counters: Counters,
     loopback: Vec<Vec<u8>>,
     scratch: Vec<u8>,
+    sec: Option<Box<Guard>>,
+    now_ms: u64,
 }
 
 impl Node {
     /// Builds a node from its configuration and, if routes come from a
     /// topology, the parsed topology file.
+    ///
+    /// A configuration with security on needs [`Node::with_security`].
     pub fn new(cfg: &NodeConfig, topology: Option<&Topology>) -> Result<Node, ConfigError> {
+        Node::with_security(cfg, topology, None, 0)
+    }
+
+    /// Builds a node; with security on in `cfg`, `sec` gives its identity.
+    /// `now_ms` is the time base of later calls (link keys are scheduled
+    /// from it).
+    pub fn with_security(
+        cfg: &NodeConfig,
+        topology: Option<&Topology>,
+        sec: Option<SecurityInit>,
+        now_ms: u64,
+    ) -> Result<Node, ConfigError> {
         cfg.validate()?;
+        let sec = match (cfg.security_enabled(), sec) {
+            (true, Some(init)) => Some(Box::new(Guard::new(cfg, init, now_ms)?)),
+            (true, None) => return Err(ConfigError::MissingKeyFile),
+            (false, _) => None,
+        };
         let mut link = HashMap::new();
         for (i, iface) in cfg.interfaces.iter().enumerate() {
             for n in &iface.neighbors {
@@ -208,7 +233,102 @@ impl Node {
             counters: Counters::new(&names),
             loopback: Vec::new(),
             scratch: Vec::new(),
+            sec,
+            now_ms,
         })
+    }
+
+    /// Whether authentication between nodes is on.
+    pub fn security_on(&self) -> bool {
+        self.sec.is_some()
+    }
+
+    /// The security section of `anode status` (None when security is off).
+    pub fn security_json(&self) -> Option<serde_json::Value> {
+        self.sec.as_ref().map(|g| g.to_json(self.now_ms))
+    }
+
+    /// Whether the link to neighbour `addr` has an SA (always true when
+    /// security is off).
+    pub fn link_up(&self, addr: Ipv4Addr) -> bool {
+        let Some(g) = &self.sec else { return true };
+        let Some(&(_, ep)) = self.env.link.get(&addr) else { return false };
+        g.peer_at(&ep).is_some_and(|p| g.links.is_up(p))
+    }
+
+    /// Drives the security layer's timers: link keys at boot, retries with
+    /// backoff, rekeying, expiry. Call it periodically (the daemon does on
+    /// every tick) and at start. A no-op when security is off.
+    pub fn poll(&mut self, now_ms: u64, out: &mut Outbox) {
+        self.now_ms = now_ms;
+        let Some(g) = self.sec.as_mut() else { return };
+        let mut outs = std::mem::take(&mut g.outs);
+        outs.clear();
+        g.links.poll(now_ms, &mut outs);
+        self.emit_security(&mut outs, None, now_ms, out);
+        if let Some(g) = self.sec.as_mut() {
+            g.outs = outs;
+        }
+    }
+
+    /// Turns the security layer's outputs into transmissions.
+    fn emit_security(
+        &mut self,
+        outs: &mut Vec<anode_sec::Output>,
+        rx_iface: Option<usize>,
+        now_ms: u64,
+        out: &mut Outbox,
+    ) {
+        let Some(g) = self.sec.as_mut() else { return };
+        for o in outs.drain(..) {
+            match o {
+                anode_sec::Output::Handshake { to, msg, .. } => {
+                    let Some(iface) = g.iface_of(&to).or(rx_iface) else { continue };
+                    let mut hdr = [0u8; anep::HEADER_LEN];
+                    anep::write_header(&mut hdr, anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_HANDSHAKE, msg.len());
+                    let data = out.push_arena(&[&hdr, &msg]);
+                    out.transmits.push(Transmit { iface, to, data });
+                }
+                anode_sec::Output::Keepalive { peer } => {
+                    let Some(to) = g.links.endpoint_of(peer) else { continue };
+                    let Some(iface) = g.iface_of(&to).or(rx_iface) else { continue };
+                    if let Some(data) = seal_into(g, peer, &mut out.arena, None, now_ms) {
+                        self.counters.keepalives_tx += 1;
+                        out.transmits.push(Transmit { iface, to, data });
+                    }
+                }
+                anode_sec::Output::Established { peer, rekey } => {
+                    self.counters.sa_established += 1;
+                    out.events.push(g.describe(peer, rekey));
+                }
+            }
+        }
+    }
+
+    /// Protects the transmissions from index `mark` on for their next hop
+    /// (hop by hop, SANE §4.6). Those without an SA are dropped (`no_sa`).
+    fn protect(&mut self, buf: &[u8], out: &mut Outbox, mark: usize, now_ms: u64) {
+        let Some(g) = self.sec.as_mut() else { return };
+        let mut keep = mark;
+        for i in mark..out.transmits.len() {
+            let t = out.transmits[i].clone();
+            let sealed = g.peer_at(&t.to).and_then(|peer| match &t.data {
+                Data::Input(r) => seal_into(g, peer, &mut out.arena, Some(buf.get(r.clone()).unwrap_or(&[])), now_ms),
+                Data::Arena(r) => {
+                    // Copy the inner datagram out of the arena first.
+                    let inner = out.arena.get(r.clone()).map(<[u8]>::to_vec).unwrap_or_default();
+                    seal_into(g, peer, &mut out.arena, Some(&inner), now_ms)
+                }
+            });
+            match sealed {
+                Some(data) => {
+                    out.transmits[keep] = Transmit { data, ..t };
+                    keep += 1;
+                }
+                None => self.counters.drop(Drop::NoSa),
+            }
+        }
+        out.transmits.truncate(keep);
     }
 
     /// This node's address.
@@ -256,13 +376,99 @@ impl Node {
     /// place; a shorter buffer works but copies. Results go to `out`, which
     /// is not cleared first.
     pub fn handle_datagram(&mut self, iface: usize, buf: &mut [u8], len: usize, now_ms: u64, out: &mut Outbox) {
+        self.handle_datagram_from(iface, None, buf, len, now_ms, out);
+    }
+
+    /// [`handle_datagram`](Self::handle_datagram) with the sender's
+    /// address, which handshakes from users need for the reply and the
+    /// handshake rate limit keys on.
+    pub fn handle_datagram_from(
+        &mut self,
+        iface: usize,
+        from: Option<SocketAddr>,
+        buf: &mut [u8],
+        len: usize,
+        now_ms: u64,
+        out: &mut Outbox,
+    ) {
         self.env.now_ms = now_ms;
+        self.now_ms = now_ms;
         let len = len.min(buf.len());
         if let Some(c) = self.counters.ifaces.get_mut(iface) {
             c.rx_packets += 1;
             c.rx_bytes += len as u64;
         }
-        let a = match Anep::parse(&buf[..len]) {
+        let mark = out.transmits.len();
+        if self.sec.is_none() {
+            self.dispatch(iface, buf, 0, len, out);
+            self.drain_loopback(now_ms, out);
+            return;
+        }
+        let a = match self.outer(buf, len) {
+            Some(a) => a,
+            None => return,
+        };
+        let Some(g) = self.sec.as_mut() else { return };
+        match a.type_id {
+            anep::TYPE_HANDSHAKE => {
+                let src = from.unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
+                let mut outs = std::mem::take(&mut g.outs);
+                outs.clear();
+                let res = g.links.handle_handshake(src, &buf[a.payload_start..len], now_ms, &mut outs);
+                g.outs = Vec::new();
+                match res {
+                    Ok(()) => self.counters.handshakes_rx += 1,
+                    Err(e) => self.counters.drop(secure::drop_of_handshake(e)),
+                }
+                self.emit_security(&mut outs, Some(iface), now_ms, out);
+                if let Some(g) = self.sec.as_mut() {
+                    g.outs = outs;
+                }
+            }
+            anep::TYPE_AUTH | anep::TYPE_ESP => {
+                let enc = a.type_id == anep::TYPE_ESP;
+                match g.links.open(&mut buf[..len], a.payload_start, enc, now_ms) {
+                    Ok(o) if o.inner.is_empty() => self.counters.keepalives_rx += 1,
+                    Ok(o) => {
+                        self.counters.rx_authenticated += 1;
+                        self.dispatch(iface, buf, o.inner.start, o.inner.end, out);
+                        self.drain_loopback(now_ms, out);
+                        self.protect(buf, out, mark, now_ms);
+                    }
+                    Err(r) => {
+                        if r == anode_sec::Reject::UnknownSpi
+                            && let Some(p) = from.and_then(|f| g.peer_at(&f))
+                        {
+                            g.links.kick(p, now_ms);
+                        }
+                        self.counters.drop(secure::drop_of_reject(r));
+                    }
+                }
+            }
+            _ => self.counters.drop(Drop::NonNeighbor),
+        }
+    }
+
+    fn outer(&mut self, buf: &[u8], len: usize) -> Option<Anep> {
+        match Anep::parse(&buf[..len]) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                self.counters.drop(match e {
+                    AnepError::Truncated(_) => Drop::AnepTruncated,
+                    AnepError::BadVersion(_) => Drop::AnepBadVersion,
+                    AnepError::BadHeaderLength { .. } | AnepError::BadPacketLength { .. } => Drop::AnepBadLength,
+                    _ => Drop::AnepBadOption,
+                });
+                None
+            }
+        }
+    }
+
+    /// Handles the ANEP datagram at `buf[base..end]` (the whole received
+    /// datagram, or the inner one of a verified protected datagram).
+    fn dispatch(&mut self, iface: usize, buf: &mut [u8], base: usize, end: usize, out: &mut Outbox) {
+        let _ = iface;
+        let a = match Anep::parse(&buf[base..end]) {
             Ok(a) => a,
             Err(e) => {
                 self.counters.drop(match e {
@@ -274,14 +480,19 @@ impl Node {
                 return;
             }
         };
+        let (ps, len) = (base + a.payload_start, end);
         match a.type_id {
             anep::TYPE_SNAP => {
                 self.counters.rx_snap += 1;
-                self.run_snap(buf, a.payload_start, len, out);
+                self.run_snap(buf, ps, len, out);
             }
             anep::TYPE_PLAIN => {
                 self.counters.rx_plain += 1;
-                self.plain(buf, a.payload_start, len, out);
+                self.plain(buf, base, ps, len, out);
+            }
+            anep::TYPE_AUTH | anep::TYPE_ESP | anep::TYPE_HANDSHAKE if self.sec.is_some() => {
+                // Nested in a verified datagram: not something to forward.
+                self.counters.drop(Drop::NonNeighbor);
             }
             _ => {
                 self.counters.rx_unknown += 1;
@@ -289,13 +500,12 @@ impl Node {
                 match pass.and_then(|v| self.env.link.get(&v).copied()) {
                     Some((iface, to)) => {
                         self.counters.passed_on += 1;
-                        self.transmit(out, iface, to, Data::Input(0..len));
+                        self.transmit(out, iface, to, Data::Input(base..len));
                     }
                     None => self.counters.drop(Drop::UnknownType),
                 }
             }
         }
-        self.drain_loopback(now_ms, out);
     }
 
     /// Executes a SNAP packet injected by a local application, as if it had
@@ -315,11 +525,14 @@ impl Node {
         self.detach(&buf, out, mark);
         self.scratch = buf;
         self.drain_loopback(now_ms, out);
+        self.now_ms = now_ms;
+        self.protect(&[], out, mark.0, now_ms);
     }
 
     /// Sends a plain packet from a local application.
     pub fn inject_plain(&mut self, dst: Ipv4Addr, port: u16, ttl: u8, payload: &[u8], now_ms: u64, out: &mut Outbox) {
         self.env.now_ms = now_ms;
+        self.now_ms = now_ms;
         self.counters.injected += 1;
         let mut buf = vec![0; anep::HEADER_LEN + plain::HEADER_LEN + payload.len()];
         anep::write_header(&mut buf, anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_PLAIN, plain::HEADER_LEN + payload.len());
@@ -335,8 +548,10 @@ impl Node {
         }
         match self.env.route(dst) {
             Some((iface, to)) => {
+                let mark = out.transmits.len();
                 let d = out.push_arena(&[&buf[..len]]);
                 self.transmit(out, iface, to, d);
+                self.protect(&[], out, mark, now_ms);
             }
             None => self.counters.drop(Drop::NoRoute),
         }
@@ -449,7 +664,7 @@ impl Node {
         }
     }
 
-    fn plain(&mut self, buf: &mut [u8], ps: usize, len: usize, out: &mut Outbox) {
+    fn plain(&mut self, buf: &mut [u8], base: usize, ps: usize, len: usize, out: &mut Outbox) {
         let p = match Plain::parse(&buf[ps..len]) {
             Ok(p) => p,
             Err(_) => {
@@ -473,7 +688,7 @@ impl Node {
         };
         buf[ps + 8] = p.ttl - 1;
         self.counters.plain_forwarded += 1;
-        self.transmit(out, iface, to, Data::Input(0..len));
+        self.transmit(out, iface, to, Data::Input(base..len));
     }
 
     /// Counts a finished transmission (the daemon calls this after the
@@ -486,6 +701,29 @@ impl Node {
             }
         } else {
             self.counters.drop(Drop::TxFailed);
+        }
+    }
+}
+
+/// Seals `inner` (an ANEP datagram; None: an empty keepalive) for `peer`
+/// into new bytes at the end of `arena`. None (and the arena unchanged) if
+/// there is no SA yet.
+fn seal_into(g: &mut Guard, peer: usize, arena: &mut Vec<u8>, inner: Option<&[u8]>, now_ms: u64) -> Option<Data> {
+    use anode_sec::sa::{AH_LEN, TAG_LEN};
+    let inner = inner.unwrap_or(&[]);
+    let n = inner.len();
+    let start = arena.len();
+    let body = AH_LEN + n + TAG_LEN;
+    arena.resize(start + anep::HEADER_LEN + AH_LEN, 0);
+    arena.extend_from_slice(inner);
+    arena.resize(start + anep::HEADER_LEN + body, 0);
+    let d = &mut arena[start..];
+    anep::write_header(d, anep::FLAG_DISCARD_UNKNOWN, secure::type_of(g.links.mode(peer)), body);
+    match g.links.seal(peer, d, anep::HEADER_LEN, n, now_ms) {
+        Ok(total) => Some(Data::Arena(start..start + total)),
+        Err(_) => {
+            arena.truncate(start);
+            None
         }
     }
 }

@@ -32,6 +32,21 @@ drops! {
     NoListener      "no_listener"       "Delivery to a port no local application registered.";
     TxFailed        "tx_failed"         "The socket refused a transmission.";
     LoopbackLimit   "loopback_limit"    "Too many packets sent to this node itself within one arrival.";
+    NonNeighbor     "non_neighbor"      "Security on: a datagram without authentication, or a handshake from a key that is not a configured neighbour or user (topology freeze).";
+    AuthTagMismatch "auth_tag_mismatch" "Security on: the authentication tag did not verify (tampered, or wrong key).";
+    AuthUnknownSpi  "auth_unknown_spi"  "Security on: no SA has the packet's SPI (e.g. the peer restarted, or a forgery).";
+    AuthReplay      "auth_replay"       "Security on: the packet's counter was seen before.";
+    AuthBeyondWindow "auth_beyond_window" "Security on: the packet's counter is behind the replay window.";
+    AuthExpiredSa   "auth_expired_sa"   "Security on: the packet's SA is past its lifetime (or its grace period).";
+    AuthModeTooWeak "auth_mode_too_weak" "Security on: an authenticate-only packet on a link whose policy requires encryption.";
+    AuthTruncated   "auth_truncated"    "Security on: a protected datagram shorter than its header and tag.";
+    NoSa            "no_sa"             "Security on: no SA with the next hop yet (a handshake is under way); the packet was not sent.";
+    HandshakeMalformed "handshake_malformed" "A handshake message with bad framing.";
+    HandshakeRateLimited "handshake_rate_limited" "A handshake first message over the per-source or global rate.";
+    HandshakeReplay "handshake_replay"  "A handshake whose timestamp is not newer than the last from that key (a replay).";
+    HandshakeStale  "handshake_stale"   "A handshake whose timestamp is too far from this node's clock.";
+    HandshakeFailed "handshake_failed"  "A handshake that failed to decrypt or verify (tampering, or a wrong key in a config).";
+    HandshakeUnexpected "handshake_unexpected" "A handshake response for no handshake in progress.";
 }
 
 /// Number of drop reasons.
@@ -80,6 +95,16 @@ pub struct Counters {
     pub delivered: u64,
     /// SNAP instructions executed.
     pub vm_instructions: u64,
+    /// Protected datagrams verified (security on).
+    pub rx_authenticated: u64,
+    /// Handshake messages accepted.
+    pub handshakes_rx: u64,
+    /// SAs established (first and rekeys).
+    pub sa_established: u64,
+    /// Keepalives sent (to confirm a new SA).
+    pub keepalives_tx: u64,
+    /// Keepalives received.
+    pub keepalives_rx: u64,
     /// VM faults by kind, indexed like [`FAULT_KINDS`].
     pub vm_faults: Vec<u64>,
 }
@@ -100,6 +125,11 @@ impl Counters {
             plain_forwarded: 0,
             delivered: 0,
             vm_instructions: 0,
+            rx_authenticated: 0,
+            handshakes_rx: 0,
+            sa_established: 0,
+            keepalives_tx: 0,
+            keepalives_rx: 0,
             vm_faults: vec![0; FAULT_KINDS.len()],
         }
     }
@@ -119,7 +149,7 @@ impl Counters {
         self.drops.iter().sum()
     }
 
-    fn types(&self) -> [(&'static str, u64); 10] {
+    fn types(&self) -> [(&'static str, u64); 15] {
         [
             ("rx_snap", self.rx_snap),
             ("rx_plain", self.rx_plain),
@@ -131,6 +161,11 @@ impl Counters {
             ("plain_forwarded", self.plain_forwarded),
             ("delivered", self.delivered),
             ("vm_instructions", self.vm_instructions),
+            ("rx_authenticated", self.rx_authenticated),
+            ("handshakes_rx", self.handshakes_rx),
+            ("sa_established", self.sa_established),
+            ("keepalives_tx", self.keepalives_tx),
+            ("keepalives_rx", self.keepalives_rx),
         ]
     }
 

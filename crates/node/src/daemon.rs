@@ -90,6 +90,9 @@ const TOKEN_CONN: u64 = 1 << 33;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DaemonError {
+    /// The node's secret key file is unusable.
+    #[error("security: {0}")]
+    Key(#[from] anode_sec::KeyError),
     /// A configuration or topology file could not be read.
     #[error("cannot read {}: {source}", file.display())]
     ReadFile {
@@ -183,6 +186,12 @@ pub fn load_config(path: &Path) -> Result<LoadedConfig, DaemonError> {
     {
         config.run_dir = Some(base.join(rd));
     }
+    if let Some(sec) = config.security.as_mut()
+        && let Some(k) = &sec.key
+        && k.is_relative()
+    {
+        sec.key = Some(base.join(k));
+    }
     let (mut topology_path, mut topology) = (None, None);
     if let Some(t) = &config.routes.topology {
         let tp = base.join(t);
@@ -274,6 +283,7 @@ struct Rx {
     lens: [usize; BATCH],
     outs: [Outbox; BATCH],
     hdrs: MultiHeaders<SockaddrStorage>,
+    froms: [Option<SocketAddr>; BATCH],
 }
 
 /// Removes the socket files when the daemon goes away, however it does,
@@ -312,6 +322,8 @@ pub struct Daemon {
     rx: Rx,
     tx_hdrs: MultiHeaders<SockaddrStorage>,
     inject_out: Outbox,
+    timer_out: Outbox,
+    last_poll: Option<Instant>,
     no_input: [Vec<u8>; 1],
     app_buf: Vec<u8>,
     msg: Vec<u8>,
@@ -391,8 +403,23 @@ impl Daemon {
     /// Binds every socket of the node described by `cfg` (interfaces first,
     /// so a port in use fails before the run directory is touched).
     pub fn bind(cfg: &NodeConfig, topology: Option<&Topology>, opts: &Options) -> Result<Daemon, DaemonError> {
-        let node =
-            Node::new(cfg, topology).map_err(|source| DaemonError::Config { file: "<config>".into(), source })?;
+        let sec = match cfg.security.as_ref().filter(|s| s.enabled) {
+            Some(s) => {
+                let path = s.key.clone().ok_or(DaemonError::Config {
+                    file: "<config>".into(),
+                    source: crate::config::ConfigError::MissingKeyFile,
+                })?;
+                let identity = anode_sec::Identity::load(&path)?;
+                let unix_ms_at_zero = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or(0);
+                Some(crate::secure::SecurityInit { identity, unix_ms_at_zero })
+            }
+            None => None,
+        };
+        let node = Node::with_security(cfg, topology, sec, 0)
+            .map_err(|source| DaemonError::Config { file: "<config>".into(), source })?;
         let mut udp = Vec::new();
         let mut listen = Vec::new();
         for i in &cfg.interfaces {
@@ -460,6 +487,7 @@ impl Daemon {
                 lens: [0; BATCH],
                 outs: std::array::from_fn(|_| Outbox::default()),
                 hdrs: MultiHeaders::preallocate(BATCH, None),
+                froms: [None; BATCH],
             },
             tx_hdrs: MultiHeaders::preallocate(BATCH, None),
             node,
@@ -475,6 +503,8 @@ impl Daemon {
             conns: (0..MAX_CONNS).map(|_| None).collect(),
             clients: Clients::default(),
             inject_out: Outbox::default(),
+            timer_out: Outbox::default(),
+            last_poll: None,
             no_input: [Vec::new()],
             app_buf: vec![0; local::MAX_MESSAGE + 1],
             msg: Vec::with_capacity(3 + blen),
@@ -495,6 +525,7 @@ impl Daemon {
             default_via = ?d.cfg.routes.default_via,
             run_dir = %d.run_dir.display(),
             metrics = %d.metrics_addr().map_or("off".to_string(), |a| format!("http://{a}/metrics")),
+            security = %d.node.security_json().map_or("off".to_string(), |s| format!("on, identity {}", s["identity"].as_str().unwrap_or("?"))),
             "node started"
         );
         Ok(d)
@@ -541,6 +572,7 @@ impl Daemon {
     pub fn run(&mut self, stop: &AtomicBool) -> Result<(), DaemonError> {
         let mut events = [EpollEvent::empty(); 64];
         let tick = EpollTimeout::from(TICK.as_millis().min(u16::MAX as u128) as u16);
+        self.poll_security(Instant::now());
         while !self.stopping && !stop.load(Ordering::Relaxed) {
             let n = match self.epoll.wait(&mut events, tick) {
                 Ok(n) => n,
@@ -559,12 +591,31 @@ impl Daemon {
                 }
             }
             let now = Instant::now();
+            self.poll_security(now);
             self.expire_conns(now);
             self.log_drops(now);
         }
         self.log_drops(Instant::now() + DROP_LOG_INTERVAL);
         self.log_summary();
         Ok(())
+    }
+
+    /// Runs the security layer's timers (handshakes, rekeys, expiry), at
+    /// most every 10 ms, and sends what they produce.
+    fn poll_security(&mut self, now: Instant) {
+        if !self.node.security_on() || self.last_poll.is_some_and(|t| now.duration_since(t) < Duration::from_millis(10))
+        {
+            return;
+        }
+        self.last_poll = Some(now);
+        let now_ms = self.now_ms();
+        self.timer_out.clear();
+        self.node.poll(now_ms, &mut self.timer_out);
+        for e in &self.timer_out.events {
+            info!("{e}");
+        }
+        let outs = std::slice::from_ref(&self.timer_out);
+        send_transmits(&self.udp, &mut self.tx_hdrs, &mut self.node, &mut self.droplog, outs, &[Vec::new()]);
     }
 
     /// Handles one batch from interface `iface`: recvmmsg, the core, then
@@ -581,12 +632,15 @@ impl Daemon {
             }
         };
         let now_ms = self.now_ms();
-        let Rx { bufs, lens, outs, .. } = &mut self.rx;
+        let Rx { bufs, lens, outs, froms, .. } = &mut self.rx;
         for i in 0..n {
             outs[i].clear();
-            self.node.handle_datagram(iface, &mut bufs[i], lens[i], now_ms, &mut outs[i]);
+            self.node.handle_datagram_from(iface, froms[i], &mut bufs[i], lens[i], now_ms, &mut outs[i]);
             if !outs[i].log.is_empty() {
                 debug!(target: "anode::snap", "{}", outs[i].log.trim_end());
+            }
+            for e in &outs[i].events {
+                info!("{e}");
             }
         }
         send_transmits(&self.udp, &mut self.tx_hdrs, &mut self.node, &mut self.droplog, &outs[..n], &bufs[..n]);
@@ -832,6 +886,9 @@ impl Daemon {
             }
         }
         if let Some(o) = v.as_object_mut() {
+            if let Some(sec) = self.node.security_json() {
+                o.insert("security".into(), sec);
+            }
             o.insert("address".into(), json!(self.node.address().to_string()));
             o.insert("uptime_s".into(), json!(self.started.elapsed().as_secs_f64()));
             o.insert("mtu".into(), json!(self.cfg.mtu));
@@ -906,14 +963,15 @@ impl Daemon {
 /// Reads one batch of datagrams into `rx.bufs`, their lengths into
 /// `rx.lens`; returns how many.
 fn recv_batch(sock: &UdpSocket, rx: &mut Rx) -> Result<usize, Errno> {
-    let Rx { bufs, lens, hdrs, .. } = rx;
+    let Rx { bufs, lens, hdrs, froms, .. } = rx;
     let mut iovs: [[IoSliceMut<'_>; 1]; BATCH] = bufs.each_mut().map(|b| [IoSliceMut::new(b.as_mut_slice())]);
     let msgs = recvmmsg(sock.as_raw_fd(), hdrs, iovs.iter_mut(), MsgFlags::MSG_DONTWAIT, None)?;
     let mut n = 0;
-    for (m, l) in msgs.zip(lens.iter_mut()) {
+    for ((m, l), f) in msgs.zip(lens.iter_mut()).zip(froms.iter_mut()) {
         // A datagram longer than the buffer arrives truncated (MSG_TRUNC);
         // its ANEP length then disagrees and the core drops it.
         *l = m.bytes;
+        *f = m.address.and_then(|a| a.as_sockaddr_in().map(|s| SocketAddr::V4((*s).into())));
         n += 1;
     }
     Ok(n)

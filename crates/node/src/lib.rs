@@ -5,6 +5,8 @@
 //! - [`plain`]: the plain (no VM) forwarding header, the baseline router.
 //! - [`config`]: node configuration and shared topology files.
 //! - [`counters`]: counters for `anode status` and Prometheus.
+//! - [`secure`]: SANE between nodes: handshakes, and every datagram
+//!   authenticated (and encrypted by policy) hop by hop.
 //! - [`core`]: the sans-I/O node: datagrams in, transmissions and deliveries
 //!   out. Multi-node behaviour is tested in one process through it.
 //! - [`local`]: the message format of the local application API.
@@ -24,3 +26,4 @@ pub mod daemon;
 pub mod fuzzing;
 pub mod local;
 pub mod plain;
+pub mod secure;

@@ -353,7 +353,10 @@ impl Links {
                 next: None,
                 last_ts: 0,
                 pending: None,
-                next_attempt_ms: now_ms,
+                // Both ends start at boot; the higher key waits one retry
+                // interval so the lower key's handshake usually wins
+                // without a collision (see `ik_respond`).
+                next_attempt_ms: if key < me { now_ms + cfg.retry_initial_ms } else { now_ms },
                 attempts: 0,
                 want: kind == PeerKind::Neighbor,
                 handshakes: 0,
@@ -411,6 +414,21 @@ impl Links {
     /// Whether `peer` has an SA to send on.
     pub fn is_up(&self, peer: usize) -> bool {
         self.peers.get(peer).and_then(|p| p.current).is_some()
+    }
+
+    /// A packet from `peer`'s endpoint named an SPI we do not know: if we
+    /// have no SA with it (we restarted), handshake at the next poll rather
+    /// than after the boot delay. Only the first attempt is hurried, so a
+    /// forger cannot make us handshake faster than the backoff allows.
+    pub fn kick(&mut self, peer: usize, now_ms: u64) {
+        if let Some(p) = self.peers.get_mut(peer)
+            && p.kind == PeerKind::Neighbor
+            && p.current.is_none()
+            && p.pending.is_none()
+            && p.attempts == 0
+        {
+            p.next_attempt_ms = p.next_attempt_ms.min(now_ms);
+        }
     }
 
     /// Starts an XX handshake with a node whose key we may not know (a
@@ -645,10 +663,12 @@ impl Links {
         msg.truncate(handshake::HEADER_LEN + n);
         let (k1, k2) = hs.dangerously_get_raw_split();
         let sa = Sa::new(i, r_spi, spi, k1, k2, false, now_ms, &self.cfg.lifetime, "IK").ok_or(HsReject::Decrypt)?;
+        let rekey = self.peers[i].current.is_some();
         self.install_next(i, sa);
         self.stats.completed_ik += 1;
         let to = self.peers[i].endpoint.ok_or(HsReject::UnknownKey)?;
         out.push(Output::Handshake { to, peer: Some(i), msg });
+        out.push(Output::Established { peer: i, rekey });
         Ok(())
     }
 
@@ -803,9 +823,10 @@ impl Links {
         let (k1, k2) = x.hs.dangerously_get_raw_split();
         let sa = Sa::new(i, h.receiver, h.sender, k1, k2, false, now_ms, &self.cfg.lifetime, "XX")
             .ok_or(HsReject::Decrypt)?;
+        let rekey = self.peers[i].current.is_some();
         self.install_next(i, sa);
         self.stats.completed_xx += 1;
-        let _ = out;
+        out.push(Output::Established { peer: i, rekey });
         Ok(())
     }
 

@@ -59,7 +59,9 @@ impl Net {
                 Node { links: Links::new(id(*seed), config(peers, life), 0).unwrap(), addr: ep(7000 + i as u16) }
             })
             .collect();
-        Net { nodes, now: 0, wire: Vec::new(), rejects: Vec::new(), keepalives: 0 }
+        // Start after the boot delay of the higher key, so both ends initiate
+        // at once and the collision rule is exercised.
+        Net { nodes, now: 1_000, wire: Vec::new(), rejects: Vec::new(), keepalives: 0 }
     }
 
     fn index(&self, a: SocketAddr) -> Option<usize> {
@@ -282,7 +284,7 @@ fn handshake_replay_unknown_key_and_wrong_config_key() {
 #[test]
 fn stale_timestamps_are_refused() {
     let mut n = Net::new(&[1, 2], &[(0, 1)], Mode::Authenticate, Lifetime::default());
-    n.nodes[0].links.poll(0, &mut Vec::new());
+    n.nodes[0].links.poll(1_000, &mut Vec::new());
     // Node 0's first message, delivered ten minutes later.
     let mut out = Vec::new();
     let mut m = Links::new(
@@ -294,7 +296,7 @@ fn stale_timestamps_are_refused() {
         0,
     )
     .unwrap();
-    m.poll(0, &mut out);
+    m.poll(1_000, &mut out);
     let Output::Handshake { msg, .. } = &out[0] else { panic!("no handshake") };
     n.now = 600_000;
     n.inject(0, ep(7001), msg);
@@ -333,9 +335,9 @@ fn handshake_flood_is_rate_limited_and_the_link_still_comes_up() {
 #[test]
 fn forged_response_does_not_cancel_a_handshake() {
     let mut n = Net::new(&[1, 2], &[(0, 1)], Mode::Authenticate, Lifetime::default());
-    n.nodes[0].links.poll(0, &mut Vec::new());
+    n.nodes[0].links.poll(1_000, &mut Vec::new());
     let mut out = Vec::new();
-    n.nodes[0].links.poll(0, &mut out);
+    n.nodes[0].links.poll(1_000, &mut out);
     // Node 0's pending handshake: find its index from a fresh poll is not
     // possible; forge a response to every plausible index instead by
     // taking it from the real first message.
@@ -349,7 +351,7 @@ fn forged_response_does_not_cancel_a_handshake() {
         0,
     )
     .unwrap();
-    l.poll(0, &mut out);
+    l.poll(1_000, &mut out);
     let Output::Handshake { msg, .. } = &out[0] else { panic!() };
     let spi = u32::from_be_bytes(msg[4..8].try_into().unwrap());
     let mut forged = vec![0u8; 12 + 56];
@@ -384,7 +386,7 @@ fn rekey_on_time_keeps_packets_in_flight() {
     // Packets sealed on the old SA, still in flight across the rekey.
     let in_flight: Vec<_> = (0..3).map(|_| n.seal(0, 0, b"old").unwrap()).collect();
     let back: Vec<_> = (0..3).map(|_| n.seal(1, 0, b"old").unwrap()).collect();
-    n.now = 10_500;
+    n.now = 11_500;
     n.settle();
     let s0 = n.nodes[0].links.status(n.now);
     assert!(s0[0].up);
