@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 mod apps;
 mod demo;
+mod keys_cmd;
 mod node_cmd;
 mod testbed;
 
@@ -46,6 +47,9 @@ enum Cmd {
     Recv(apps::RecvArgs),
     /// Multicast a message to a list of hosts in one SNAP packet, limited by its resource bound.
     Multicast(apps::MulticastArgs),
+    /// Node and user identities: generate and show Ed25519 keys.
+    #[command(subcommand)]
+    Keys(keys_cmd::KeysCmd),
     /// Start or stop a testbed of nodes from a topology file.
     #[command(subcommand)]
     Testbed(testbed::TestbedCmd),
@@ -137,6 +141,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Cmd::Recv(a) => apps::recv(a),
         Cmd::Multicast(a) => apps::multicast(a),
         Cmd::Testbed(c) => testbed::run(c),
+        Cmd::Keys(c) => keys_cmd::run(c),
     }
 }
 

@@ -183,6 +183,45 @@ pub(crate) fn render(v: &Value) -> String {
     for (k, n) in &drops {
         let _ = writeln!(s, "  {k:<20} {n:>12}");
     }
+    match v.get("security") {
+        None => {
+            let _ = writeln!(s, "\nsecurity: off");
+        }
+        Some(sec) => {
+            let h = &sec["handshakes"];
+            let _ = writeln!(
+                s,
+                "\nsecurity: identity {}  handshakes initiated {}  completed {}  rekeys {}  timeouts {}",
+                text(sec, "identity"),
+                num(h, "initiated"),
+                num(h, "completed_ik") + num(h, "completed_xx"),
+                num(h, "rekeys"),
+                num(h, "timeouts")
+            );
+            let _ = writeln!(
+                s,
+                "  {:<10} {:<8} {:<34} {:<12} {:<4} {:<8} {:<8} {:>8} {:>10} {:>10}",
+                "peer", "kind", "fingerprint", "mode", "up", "out spi", "in spi", "sa age", "tx", "rx"
+            );
+            for p in sec.get("peers").and_then(Value::as_array).into_iter().flatten() {
+                let age = p.get("sa_age_ms").and_then(Value::as_u64).map(|ms| human_duration(ms as f64 / 1000.0));
+                let _ = writeln!(
+                    s,
+                    "  {:<10} {:<8} {:<34} {:<12} {:<4} {:<8} {:<8} {:>8} {:>10} {:>10}",
+                    p.get("address").and_then(Value::as_str).unwrap_or("-"),
+                    text(p, "kind"),
+                    p.get("fingerprint").and_then(Value::as_str).unwrap_or("-"),
+                    text(p, "mode"),
+                    if p.get("up").and_then(Value::as_bool) == Some(true) { "yes" } else { "no" },
+                    p.get("out_spi").and_then(Value::as_str).unwrap_or("-"),
+                    p.get("in_spi").and_then(Value::as_str).unwrap_or("-"),
+                    age.unwrap_or_else(|| "-".into()),
+                    num(p, "tx_packets"),
+                    num(p, "rx_packets")
+                );
+            }
+        }
+    }
     let faults = nonzero("vm_faults");
     let total: u64 = faults.iter().map(|d| d.1).sum();
     let _ = writeln!(s, "\nvm faults: {total}");

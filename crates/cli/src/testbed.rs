@@ -123,6 +123,19 @@ pub struct UpArgs {
     /// Seconds to wait for every node to answer on its socket.
     #[arg(long, default_value_t = 10)]
     pub timeout: u64,
+    /// Link protection: "authenticate" (default), "encrypt", or "off" (no
+    /// keys, no handshakes: the unauthenticated baseline). Each node gets a
+    /// key pair in DIR/keys/ (kept across runs).
+    #[arg(long, default_value = "authenticate", value_parser = ["authenticate", "encrypt", "off"])]
+    pub security: String,
+}
+
+/// Security settings for a plan: the mode, and every node's public key and
+/// secret key file.
+#[derive(Debug, Clone)]
+struct PlanSecurity {
+    mode: String,
+    keys: BTreeMap<String, (anode_sec::PublicKey, PathBuf)>,
 }
 
 /// Runs a testbed subcommand.
@@ -258,7 +271,7 @@ fn argv(parts: &[&str]) -> Vec<String> {
 
 /// Plans a testbed: each node's config and, in netns mode, the namespace
 /// commands. `dir` must be absolute.
-fn plan(t: &Topology, dir: &Path, endpoints: &Endpoints) -> Result<Plan> {
+fn plan(t: &Topology, dir: &Path, endpoints: &Endpoints, sec: Option<&PlanSecurity>) -> Result<Plan> {
     check_topology(t)?;
     let addr = |name: &str| t.address_of(name).ok_or_else(|| anyhow!("unknown node {name:?}"));
     // The endpoint of each link end: (link index, node name) -> socket address.
@@ -297,11 +310,23 @@ fn plan(t: &Topology, dir: &Path, endpoints: &Endpoints) -> Result<Plan> {
         for (i, peer) in links_of(t, &n.name) {
             let listen = end(i, &n.name)?;
             let _ = writeln!(cfg, "\n[[interface]]\nname = \"{peer}\"\nlisten = \"{listen}\"");
-            let _ =
-                writeln!(cfg, "neighbors = [{{ address = \"{}\", endpoint = \"{}\" }}]", addr(peer)?, end(i, peer)?);
+            let key = match sec.and_then(|s| s.keys.get(peer)) {
+                Some((k, _)) => format!(", key = \"{k}\""),
+                None => String::new(),
+            };
+            let _ = writeln!(
+                cfg,
+                "neighbors = [{{ address = \"{}\", endpoint = \"{}\"{key} }}]",
+                addr(peer)?,
+                end(i, peer)?
+            );
             listens.push((peer.to_owned(), listen));
         }
         let _ = writeln!(cfg, "\n[routes]\ntopology = {}", toml_str(&topo_path));
+        if let Some(s) = sec {
+            let (_, file) = s.keys.get(&n.name).ok_or_else(|| anyhow!("internal: no key for {:?}", n.name))?;
+            let _ = writeln!(cfg, "\n[security]\nkey = {}\nmode = \"{}\"", toml_str(file), s.mode);
+        }
         NodeConfig::from_toml(&cfg)
             .map_err(|e| anyhow!("internal: generated config of {:?} is invalid: {e}", n.name))?;
         nodes.push(PlannedNode {
@@ -650,6 +675,38 @@ fn wait_ready(started: &mut [Started], plan: &Plan, timeout: Duration) -> Result
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
+        // With security on, also wait until every node has an SA with every
+        // neighbour (link keys at boot), so the first packets are not
+        // dropped for want of one.
+        for s in started.iter() {
+            loop {
+                let st = anode_node::daemon::query(&s.node_dir, "status", Duration::from_secs(2))
+                    .ok()
+                    .and_then(|a| serde_json::from_str::<serde_json::Value>(&a).ok());
+                let Some(sec) = st.as_ref().and_then(|v| v.get("security")) else { break };
+                let peers = sec.get("peers").and_then(|p| p.as_array()).cloned().unwrap_or_default();
+                let down: Vec<String> = peers
+                    .iter()
+                    .filter(|p| p.get("kind").and_then(|k| k.as_str()) == Some("neighbor"))
+                    .filter(|p| p.get("up").and_then(|u| u.as_bool()) != Some(true))
+                    .map(|p| p.get("address").and_then(|a| a.as_str()).unwrap_or("?").to_string())
+                    .collect();
+                if down.is_empty() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!(
+                        "node {}: no security association with {} within {} s; its log {}:\n{}",
+                        s.name,
+                        down.join(", "),
+                        timeout.as_secs(),
+                        s.node_dir.join("node.log").display(),
+                        log_tail(&s.node_dir.join("node.log"))
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         Ok(())
     })();
     let _ = fs::remove_file(&client_path);
@@ -696,7 +753,21 @@ fn up(a: UpArgs) -> Result<ExitCode> {
         held = sockets;
         Endpoints::Loopback(ports)
     };
-    let plan = plan(&topo, &dir, &endpoints).with_context(|| format!("planning {}", a.topology.display()))?;
+    let sec = match a.security.as_str() {
+        "off" => None,
+        mode => {
+            let kdir = dir.join("keys");
+            let mut keys = BTreeMap::new();
+            for n in &topo.nodes {
+                let id = crate::keys_cmd::load_or_create(&kdir, &n.name)
+                    .with_context(|| format!("key of node {:?} in {}", n.name, kdir.display()))?;
+                keys.insert(n.name.clone(), (id.public(), kdir.join(format!("{}.key", n.name))));
+            }
+            Some(PlanSecurity { mode: mode.to_string(), keys })
+        }
+    };
+    let plan =
+        plan(&topo, &dir, &endpoints, sec.as_ref()).with_context(|| format!("planning {}", a.topology.display()))?;
     let namespaces: Vec<String> = plan.nodes.iter().filter_map(|n| n.namespace.clone()).collect();
 
     if a.netns && !a.configs_only {
@@ -987,7 +1058,7 @@ link = [{ a = "a", b = "b" }, { a = "b", b = "c" }]
     #[test]
     fn loopback_plan_is_symmetric() {
         let t = topo(LINE3);
-        let p = plan(&t, Path::new("/tb"), &Endpoints::Loopback((7000..7004).collect())).expect("plan");
+        let p = plan(&t, Path::new("/tb"), &Endpoints::Loopback((7000..7004).collect()), None).expect("plan");
         let cfgs: Vec<NodeConfig> = p.nodes.iter().map(|n| NodeConfig::from_toml(&n.config).expect("valid")).collect();
         assert_eq!(cfgs[1].interfaces.len(), 2);
         assert_eq!(cfgs[1].run_dir.as_deref(), Some(Path::new("/tb/b")));
@@ -1004,7 +1075,7 @@ link = [{ a = "a", b = "b" }, { a = "b", b = "c" }]
     #[test]
     fn netns_plan_routes_along_shortest_paths() {
         let t = topo(LINE3);
-        let p = plan(&t, Path::new("/tb"), &Endpoints::Netns(7000)).expect("plan");
+        let p = plan(&t, Path::new("/tb"), &Endpoints::Netns(7000), None).expect("plan");
         let a = NodeConfig::from_toml(&p.nodes[0].config).expect("valid");
         assert_eq!(a.interfaces[0].listen, "172.31.0.1:7000".parse().expect("addr"));
         assert_eq!(a.interfaces[0].neighbors[0].endpoint, "172.31.0.2:7000".parse().expect("addr"));
