@@ -40,3 +40,42 @@ pub fn handshake_and_packet(data: &[u8]) {
     let _ = l.open(&mut buf, hdr, false, 1);
     let _ = crate::handshake::Header::parse(data);
 }
+
+/// Seeds for the `sec_handshake` target: a real IK first message from the
+/// fuzzing pair's neighbour, an XX first message, and a protected
+/// datagram, each of which the target's layer accepts or answers.
+pub fn seeds() -> Vec<Vec<u8>> {
+    let (_, b) = pair();
+    let a = Identity::from_seed(&[0xA1; 32]);
+    let cfg = LinksConfig {
+        peers: vec![PeerConfig { key: a.public(), endpoint: endpoint(), mode: Mode::Authenticate }],
+        ..LinksConfig::default()
+    };
+    let mut seeds = Vec::new();
+    if let Ok(mut lb) = Links::new(b, cfg, 1_000) {
+        let mut out = Vec::new();
+        lb.poll(1_000, &mut out);
+        for o in out {
+            if let crate::links::Output::Handshake { msg, .. } = o {
+                seeds.push(msg);
+            }
+        }
+    }
+    let mut user = match Links::new(Identity::from_seed(&[0xC3; 32]), LinksConfig::default(), 0) {
+        Ok(u) => u,
+        Err(_) => return seeds,
+    };
+    user.connect(endpoint(), None, Mode::Authenticate, 0);
+    let mut out = Vec::new();
+    user.poll(0, &mut out);
+    for o in out {
+        if let crate::links::Output::Handshake { msg, .. } = o {
+            seeds.push(msg);
+        }
+    }
+    let mut d = vec![0u8; 8 + crate::sa::OVERHEAD + 4];
+    let n = d.len() as u8;
+    d[..8].copy_from_slice(&[1, 0x80, 0xA0, 0x05, 0, 2, 0, n]);
+    seeds.push(d);
+    seeds
+}
