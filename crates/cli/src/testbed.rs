@@ -123,10 +123,10 @@ pub struct UpArgs {
     /// Seconds to wait for every node to answer on its socket.
     #[arg(long, default_value_t = 10)]
     pub timeout: u64,
-    /// Link protection: "authenticate" (default), "encrypt", or "off" (no
+    /// Link protection: "encrypt" (default), "authenticate", or "off" (no
     /// keys, no handshakes: the unauthenticated baseline). Each node gets a
     /// key pair in DIR/keys/ (kept across runs).
-    #[arg(long, default_value = "authenticate", value_parser = ["authenticate", "encrypt", "off"])]
+    #[arg(long, default_value = "encrypt", value_parser = ["encrypt", "authenticate", "off"])]
     pub security: String,
 }
 

@@ -147,7 +147,9 @@ pub struct SecurityConfig {
     pub enabled: bool,
     /// The node's secret key file (relative paths: to the config file).
     pub key: Option<PathBuf>,
-    /// Default protection of links: "authenticate" (default) or "encrypt".
+    /// Default protection of links: "encrypt" (default) or "authenticate".
+    /// Encrypt is the default because it is also the faster: see
+    /// docs/security.md.
     #[serde(default)]
     pub mode: Option<String>,
     /// Public keys of users allowed to connect with Noise XX.
@@ -208,7 +210,7 @@ pub fn parse_mode(what: &str, m: Option<&str>, default: anode_sec::Mode) -> Resu
 impl SecurityConfig {
     /// The default link mode.
     pub fn default_mode(&self) -> Result<anode_sec::Mode, ConfigError> {
-        parse_mode("[security]", self.mode.as_deref(), anode_sec::Mode::Authenticate)
+        parse_mode("[security]", self.mode.as_deref(), anode_sec::Mode::Encrypt)
     }
 }
 

@@ -1,0 +1,512 @@
+//! The cost of SANE with real daemons (issue 6), side by side in one run:
+//! security off, authenticate-only, and encrypt, at 100- and 1,400-byte
+//! datagrams.
+//!
+//! 1. **Throughput through a middle node.** One daemon `b` per mode. The
+//!    harness plays its neighbours `a` and `c` with the same sans-I/O
+//!    security layer the daemon embeds (`anode_sec::Links`): it runs the
+//!    handshakes with `b`, then floods `b` with plain packets for `c`,
+//!    sealed per packet for `b` (as `a` would), and counts what reaches
+//!    `c`. Trials alternate between the modes.
+//! 2. **SNAP ping RTT** (Fig. 1 ping) over a line `a – b – c` of real
+//!    daemons per mode, from `a`'s application socket to `c` and back:
+//!    four protected hops per round trip. Pings alternate between modes.
+//!
+//! `cargo bench -p anode --bench secure`; `ANODE_BENCH_QUICK=1` for a smoke
+//! run. `ANODE_BENCH_TRIAL_S` (default 2), `ANODE_BENCH_REPS` (default 6),
+//! `ANODE_BENCH_PINGS` (default 1000). Results: docs/benchmarks.md, "SANE".
+
+use anode_node::anep;
+use anode_node::client::Client;
+use anode_node::plain::{self, Plain};
+use anode_sec::sa::{AH_LEN, OVERHEAD};
+use anode_sec::{Identity, Links, LinksConfig, Mode, Output, PeerConfig};
+use anode_snap::asm;
+use nix::errno::Errno;
+use nix::sys::socket::{ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage, sendmmsg};
+use serde_json::Value;
+use std::fmt::Write as _;
+use std::io::IoSlice;
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const ANODE: &str = env!("CARGO_BIN_EXE_anode");
+const PING_S: &str = include_str!("../../../examples/snap/ping.s");
+const SIZES: [usize; 2] = [100, 1400];
+const BATCH: usize = 32;
+const REPLY_PORT: u16 = 50_001;
+const MODES: [Option<Mode>; 3] = [None, Some(Mode::Authenticate), Some(Mode::Encrypt)];
+
+fn mode_name(m: Option<Mode>) -> &'static str {
+    m.map_or("off", Mode::name)
+}
+
+fn ad(n: u8) -> Ipv4Addr {
+    Ipv4Addr::new(10, 0, 0, n)
+}
+
+fn id(n: u8) -> Identity {
+    Identity::from_seed(&[n; 32])
+}
+
+fn env_num(name: &str, default: f64) -> f64 {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(default)
+}
+
+fn now_ms(t0: Instant) -> u64 {
+    t0.elapsed().as_millis() as u64
+}
+
+struct Daemon {
+    child: Child,
+    run_dir: PathBuf,
+}
+
+impl Daemon {
+    fn start(dir: &Path, name: &str, config: &str) -> Daemon {
+        let nd = dir.join(name);
+        std::fs::create_dir_all(&nd).expect("node dir");
+        std::fs::write(nd.join("node.toml"), config).expect("config");
+        let log = std::fs::File::create(nd.join("node.log")).expect("log");
+        let child = Command::new(ANODE)
+            .args(["node", "--log", "warn", "--config"])
+            .arg(nd.join("node.toml"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("anode node");
+        let d = Daemon { child, run_dir: nd.join("run") };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !Client::connect(&d.run_dir).is_ok_and(|mut c| c.hello().is_ok()) {
+            assert!(Instant::now() < deadline, "{name} not ready");
+            thread::sleep(Duration::from_millis(20));
+        }
+        d
+    }
+
+    fn status(&self) -> Value {
+        let o =
+            Command::new(ANODE).args(["status", "--json", "--run-dir"]).arg(&self.run_dir).output().expect("status");
+        serde_json::from_slice(&o.stdout).unwrap_or(Value::Null)
+    }
+
+    fn links_up(&self) -> bool {
+        match self.status().get("security") {
+            None => true,
+            Some(s) => s["peers"].as_array().is_some_and(|p| p.iter().all(|p| p["up"] == true)),
+        }
+    }
+
+    fn cpu_secs(&self) -> f64 {
+        let s = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        let f: Vec<&str> = s.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+        let t = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+        (t(11) + t(12)) / 100.0
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn write_key(dir: &Path, name: &str, who: &Identity) -> PathBuf {
+    std::fs::create_dir_all(dir).expect("key dir");
+    let p = dir.join(format!("{name}.key"));
+    std::fs::write(&p, who.to_file_text().as_bytes()).expect("key");
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    p
+}
+
+fn iface(name: &str, listen: SocketAddr, nb: Ipv4Addr, ep: SocketAddr, key: Option<&Identity>) -> String {
+    let key = key.map(|k| format!(", key = \"{}\"", k.public())).unwrap_or_default();
+    format!(
+        "[[interface]]\nname = \"{name}\"\nlisten = \"{listen}\"\nneighbors = [{{ address = \"{nb}\", endpoint = \"{ep}\"{key} }}]\n"
+    )
+}
+
+fn security(mode: Option<Mode>, key: &Path) -> String {
+    match mode {
+        None => String::new(),
+        Some(m) => format!("[security]\nkey = \"{}\"\nmode = \"{}\"\n", key.display(), m.name()),
+    }
+}
+
+fn free_addrs(n: usize) -> Vec<SocketAddr> {
+    let s: Vec<UdpSocket> = (0..n).map(|_| UdpSocket::bind("127.0.0.1:0").expect("udp")).collect();
+    s.iter().map(|s| s.local_addr().expect("addr")).collect()
+}
+
+fn plain_datagram(size: usize) -> Vec<u8> {
+    let mut p = vec![0x5a; size - anep::HEADER_LEN];
+    Plain { dst: ad(3), src: ad(1), ttl: 64, port: 7 }.emit(&mut p[..plain::HEADER_LEN]);
+    anep::frame(anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_PLAIN, &p)
+}
+
+/// The harness's side of one link: a socket and a security layer.
+struct Side {
+    sock: UdpSocket,
+    links: Option<Links>,
+}
+
+impl Side {
+    fn new(
+        sock: UdpSocket,
+        who: Identity,
+        b_key: &Identity,
+        b_ep: SocketAddr,
+        mode: Option<Mode>,
+        t0: Instant,
+    ) -> Side {
+        let links = mode.map(|m| {
+            let cfg = LinksConfig {
+                peers: vec![PeerConfig { key: b_key.public(), endpoint: b_ep, mode: m }],
+                unix_offset_ms: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or(0)
+                    - now_ms(t0),
+                ..LinksConfig::default()
+            };
+            Links::new(who, cfg, now_ms(t0)).expect("links")
+        });
+        Side { sock, links }
+    }
+
+    /// Seals `inner` for b into `buf`; returns the datagram length.
+    fn seal(&mut self, inner: &[u8], buf: &mut Vec<u8>, t: u64) -> usize {
+        let Some(l) = self.links.as_mut() else {
+            buf.clear();
+            buf.extend_from_slice(inner);
+            return inner.len();
+        };
+        let n = inner.len();
+        buf.resize(8 + OVERHEAD + n, 0);
+        buf[8 + AH_LEN..8 + AH_LEN + n].copy_from_slice(inner);
+        let ty = if l.mode(0) == Mode::Encrypt { anep::TYPE_ESP } else { anep::TYPE_AUTH };
+        anep::write_header(buf, anep::FLAG_DISCARD_UNKNOWN, ty, AH_LEN + n + 16);
+        l.seal(0, buf, 8, n, t).expect("SA up")
+    }
+
+    /// Runs handshakes until the harness side is up.
+    fn pump(&mut self, t0: Instant) {
+        let Some(l) = self.links.as_mut() else { return };
+        let mut out = Vec::new();
+        l.poll(now_ms(t0), &mut out);
+        self.sock.set_nonblocking(true).expect("nonblocking");
+        let mut buf = vec![0u8; 2048];
+        while let Ok((n, from)) = self.sock.recv_from(&mut buf) {
+            let Ok(a) = anep::Anep::parse(&buf[..n]) else { continue };
+            let l = self.links.as_mut().expect("links");
+            if a.type_id == anep::TYPE_HANDSHAKE {
+                let _ = l.handle_handshake(from, &buf[a.payload_start..n], now_ms(t0), &mut out);
+            } else {
+                let _ = l.open(&mut buf[..n], a.payload_start, a.type_id == anep::TYPE_ESP, now_ms(t0));
+            }
+        }
+        for o in out {
+            match o {
+                Output::Handshake { to, msg, .. } => {
+                    let _ = self.sock.send_to(&anep::frame(anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_HANDSHAKE, &msg), to);
+                }
+                Output::Keepalive { .. } => {
+                    let mut b = Vec::new();
+                    let n = self.seal(&[], &mut b, now_ms(t0));
+                    let to = self.links.as_ref().and_then(|l| l.endpoint_of(0)).expect("endpoint");
+                    let _ = self.sock.send_to(&b[..n], to);
+                }
+                Output::Established { .. } => {}
+            }
+        }
+        self.sock.set_nonblocking(false).expect("blocking");
+    }
+
+    fn up(&self) -> bool {
+        self.links.as_ref().is_none_or(|l| l.is_up(0))
+    }
+}
+
+struct Rig {
+    mode: Option<Mode>,
+    b: Daemon,
+    a: Side,
+    b_in: SocketAddr,
+    sink: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    sink_thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Rig {
+    fn start(dir: &Path, mode: Option<Mode>, t0: Instant) -> Rig {
+        let (sa, sc) = (UdpSocket::bind("127.0.0.1:0").expect("a"), UdpSocket::bind("127.0.0.1:0").expect("c"));
+        let (ea, ec) = (sa.local_addr().expect("a"), sc.local_addr().expect("c"));
+        let ports = free_addrs(2);
+        let tag = mode_name(mode);
+        let key = write_key(&dir.join("keys"), tag, &id(2));
+        let cfg = format!(
+            "address = \"10.0.0.2\"\nrun_dir = \"{}\"\n{}{}{}",
+            dir.join(tag).join("run").display(),
+            iface("to-a", ports[0], ad(1), ea, mode.map(|_| id(1)).as_ref()),
+            iface("to-c", ports[1], ad(3), ec, mode.map(|_| id(3)).as_ref()),
+            security(mode, &key)
+        );
+        let b = Daemon::start(dir, tag, &cfg);
+        let mut a = Side::new(sa, id(1), &id(2), ports[0], mode, t0);
+        let mut c = Side::new(sc, id(3), &id(2), ports[1], mode, t0);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !(a.up() && c.up() && b.links_up()) {
+            a.pump(t0);
+            c.pump(t0);
+            assert!(Instant::now() < deadline, "{tag}: links did not come up");
+            thread::sleep(Duration::from_millis(5));
+        }
+        let sink = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let sink_thread = {
+            let (sink, stop) = (sink.clone(), stop.clone());
+            let sock = c.sock;
+            Some(thread::spawn(move || {
+                sock.set_read_timeout(Some(Duration::from_millis(50))).expect("timeout");
+                let mut buf = [0u8; 2048];
+                while !stop.load(Ordering::Relaxed) {
+                    if sock.recv(&mut buf).is_ok() {
+                        sink.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }))
+        };
+        Rig { mode, b, a, b_in: ports[0], sink, stop, sink_thread }
+    }
+
+    /// Floods b for `window` (after a warm-up); returns (packets/s at the
+    /// sink, b's CPU µs per forwarded packet).
+    fn trial(&mut self, size: usize, window: Duration, t0: Instant) -> (f64, f64) {
+        let inner = plain_datagram(size);
+        let stop = AtomicBool::new(false);
+        let (mut c0, mut c1, mut cpu0, mut cpu1, mut secs) = (0, 0, 0.0, 0.0, 0.0);
+        let b_in = self.b_in;
+        let a = &mut self.a;
+        thread::scope(|sc| {
+            sc.spawn(|| {
+                let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); BATCH];
+                let mut lens = [0usize; BATCH];
+                let addrs = [Some(SockaddrStorage::from(b_in)); BATCH];
+                let mut hdrs = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
+                while !stop.load(Ordering::Relaxed) {
+                    let t = now_ms(t0);
+                    for (b, l) in bufs.iter_mut().zip(lens.iter_mut()) {
+                        *l = a.seal(&inner, b, t);
+                    }
+                    let iovs: Vec<[IoSlice<'_>; 1]> =
+                        bufs.iter().zip(&lens).map(|(b, l)| [IoSlice::new(&b[..*l])]).collect();
+                    let none: [ControlMessage<'_>; 0] = [];
+                    match sendmmsg(a.sock.as_raw_fd(), &mut hdrs, iovs.iter(), addrs, none, MsgFlags::empty()) {
+                        Ok(_) | Err(Errno::EINTR | Errno::EAGAIN | Errno::ENOBUFS) => {}
+                        Err(e) => panic!("sendmmsg: {e}"),
+                    }
+                }
+            });
+            thread::sleep(Duration::from_millis(300));
+            c0 = self.sink.load(Ordering::Relaxed);
+            cpu0 = self.b.cpu_secs();
+            let s = Instant::now();
+            thread::sleep(window);
+            c1 = self.sink.load(Ordering::Relaxed);
+            cpu1 = self.b.cpu_secs();
+            secs = s.elapsed().as_secs_f64();
+            stop.store(true, Ordering::Relaxed);
+        });
+        thread::sleep(Duration::from_millis(100));
+        let n = (c1 - c0) as f64;
+        (n / secs, if n > 0.0 { (cpu1 - cpu0) * 1e6 / n } else { f64::NAN })
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.sink_thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if s.is_empty() {
+        return f64::NAN;
+    }
+    s.sort_by(f64::total_cmp);
+    let m = s.len() / 2;
+    if s.len() % 2 == 1 { s[m] } else { (s[m - 1] + s[m]) / 2.0 }
+}
+
+fn throughput(dir: &Path, reps: usize, window: Duration, report: &mut String) {
+    let t0 = Instant::now();
+    let mut rigs: Vec<Rig> = MODES.iter().map(|m| Rig::start(dir, *m, t0)).collect();
+    let mut res = vec![vec![(Vec::new(), Vec::new()); SIZES.len()]; MODES.len()];
+    for rep in 0..reps {
+        for (si, size) in SIZES.iter().enumerate() {
+            for k in 0..MODES.len() {
+                let mi = (k + rep) % MODES.len();
+                let (rate, us) = rigs[mi].trial(*size, window, t0);
+                eprintln!("  rep {rep} {size} B {}: {rate:.0} pkt/s, {us:.2} µs/pkt", mode_name(rigs[mi].mode));
+                res[mi][si].0.push(rate);
+                res[mi][si].1.push(us);
+            }
+        }
+    }
+    let _ = writeln!(report, "\n## Throughput through a middle node (plain packets)\n");
+    let _ = writeln!(
+        report,
+        "| size | off pkt/s | authenticate pkt/s | encrypt pkt/s | auth / off | encrypt / off | b µs/pkt off / auth / encrypt |"
+    );
+    let _ = writeln!(report, "|---:|---:|---:|---:|---:|---:|---|");
+    for (si, size) in SIZES.iter().enumerate() {
+        let r: Vec<f64> = (0..3).map(|m| median(&res[m][si].0)).collect();
+        let u: Vec<f64> = (0..3).map(|m| median(&res[m][si].1)).collect();
+        let _ = writeln!(
+            report,
+            "| {size} | {:.0} | {:.0} | {:.0} | {:.3} | {:.3} | {:.2} / {:.2} / {:.2} |",
+            r[0],
+            r[1],
+            r[2],
+            r[1] / r[0],
+            r[2] / r[0],
+            u[0],
+            u[1],
+            u[2]
+        );
+    }
+    rigs.clear();
+}
+
+fn ping_packet(size: usize, seq: u32) -> Vec<u8> {
+    let mut text: String =
+        PING_S.lines().filter(|l| !l.trim_start().starts_with(".stack")).flat_map(|l| [l, "\n"]).collect();
+    let mut payload = vec![0u8; size.saturating_sub(8 + 68).max(4)];
+    payload[..4].copy_from_slice(&seq.to_be_bytes());
+    let hex: String = payload.iter().map(|b| format!("{b:02x}")).collect();
+    let _ = writeln!(text, ".stack 0, {REPLY_PORT}, blob 0x{hex}");
+    let mut r = asm::assemble(&text).expect("ping");
+    r.src = ad(1);
+    r.dst = ad(3);
+    r.resource_bound = 16;
+    r.port = REPLY_PORT;
+    r.to_bytes().expect("ping bytes")
+}
+
+fn latency(dir: &Path, pings: usize, report: &mut String) {
+    // One line a – b – c of daemons per mode.
+    let mut lines = Vec::new();
+    for m in MODES {
+        let tag = format!("line-{}", mode_name(m));
+        let d = dir.join(&tag);
+        let e = free_addrs(4);
+        let keys: Vec<PathBuf> = (1..=3).map(|n| write_key(&d.join("keys"), &format!("n{n}"), &id(n))).collect();
+        let k = |n: u8| m.map(|_| id(n));
+        let cfgs = [
+            format!(
+                "address = \"10.0.0.1\"\nrun_dir = \"{}\"\n{}",
+                d.join("a/run").display(),
+                iface("e", e[0], ad(2), e[1], k(2).as_ref())
+            ),
+            format!(
+                "address = \"10.0.0.2\"\nrun_dir = \"{}\"\n{}{}",
+                d.join("b/run").display(),
+                iface("w", e[1], ad(1), e[0], k(1).as_ref()),
+                iface("e", e[2], ad(3), e[3], k(3).as_ref())
+            ),
+            format!(
+                "address = \"10.0.0.3\"\nrun_dir = \"{}\"\n{}",
+                d.join("c/run").display(),
+                iface("w", e[3], ad(2), e[2], k(2).as_ref())
+            ),
+        ];
+        let mut ds = Vec::new();
+        for (i, c) in cfgs.iter().enumerate() {
+            let mut c = c.clone();
+            c += "[routes]\n";
+            c += match i {
+                0 => "static = [{ dest = \"10.0.0.3\", via = \"10.0.0.2\" }]\n",
+                2 => "static = [{ dest = \"10.0.0.1\", via = \"10.0.0.2\" }]\n",
+                _ => "",
+            };
+            c += &security(m, &keys[i]);
+            ds.push(Daemon::start(&d, ["a", "b", "c"][i], &c));
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ds.iter().all(Daemon::links_up) {
+            assert!(Instant::now() < deadline, "{tag}: links did not come up");
+            thread::sleep(Duration::from_millis(20));
+        }
+        let mut client = Client::connect(&ds[0].run_dir).expect("client");
+        client.register(REPLY_PORT).expect("register");
+        lines.push((ds, client));
+    }
+    let mut rtts = vec![vec![Vec::new(); SIZES.len()]; MODES.len()];
+    let mut lost = vec![0usize; MODES.len()];
+    for i in 0..pings {
+        for (si, size) in SIZES.iter().enumerate() {
+            for k in 0..MODES.len() {
+                let mi = (k + i) % MODES.len();
+                let c = &mut lines[mi].1;
+                let p = ping_packet(*size, i as u32);
+                let t = Instant::now();
+                c.inject(&p).expect("inject");
+                match c.recv(Duration::from_secs(1)) {
+                    Ok(Some(_)) => rtts[mi][si].push(t.elapsed().as_secs_f64() * 1e6),
+                    _ => lost[mi] += 1,
+                }
+                thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+    let _ = writeln!(report, "\n## SNAP ping RTT over a – b – c (four protected hops per round trip)\n");
+    let _ = writeln!(report, "| size | off µs | authenticate µs | encrypt µs | auth / off | encrypt / off |");
+    let _ = writeln!(report, "|---:|---:|---:|---:|---:|---:|");
+    for (si, size) in SIZES.iter().enumerate() {
+        let m: Vec<f64> = (0..3).map(|k| median(&rtts[k][si])).collect();
+        let _ = writeln!(
+            report,
+            "| {size} | {:.1} | {:.1} | {:.1} | {:.3} | {:.3} |",
+            m[0],
+            m[1],
+            m[2],
+            m[1] / m[0],
+            m[2] / m[0]
+        );
+    }
+    let _ = writeln!(report, "\nlost: off {}, authenticate {}, encrypt {}", lost[0], lost[1], lost[2]);
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        println!("secure: bench");
+        return;
+    }
+    let quick = std::env::var("ANODE_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0")
+        || !std::env::args().any(|a| a == "--bench");
+    let reps = if quick { 1 } else { env_num("ANODE_BENCH_REPS", 6.0) as usize };
+    let window = Duration::from_secs_f64(if quick { 0.3 } else { env_num("ANODE_BENCH_TRIAL_S", 2.0) });
+    let pings = if quick { 20 } else { env_num("ANODE_BENCH_PINGS", 1000.0) as usize };
+    let dir = std::env::temp_dir().join(format!("anode-bench-sec-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut report =
+        format!("# SANE benchmark ({} reps, {:.1} s windows, {pings} pings)\n", reps, window.as_secs_f64());
+    throughput(&dir, reps, window, &mut report);
+    latency(&dir, pings, &mut report);
+    println!("{report}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
