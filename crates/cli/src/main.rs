@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 mod apps;
 mod demo;
 mod node_cmd;
+mod plan_cmd;
 mod testbed;
 
 /// anode: a secure, resource-controlled programmable network node.
@@ -46,6 +47,9 @@ enum Cmd {
     Recv(apps::RecvArgs),
     /// Multicast a message to a list of hosts in one SNAP packet, limited by its resource bound.
     Multicast(apps::MulticastArgs),
+    /// PLAN programs: compile to SNAP, check, run on a node or the simulator.
+    #[command(subcommand)]
+    Plan(plan_cmd::PlanCmd),
     /// Start or stop a testbed of nodes from a topology file.
     #[command(subcommand)]
     Testbed(testbed::TestbedCmd),
@@ -137,6 +141,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Cmd::Recv(a) => apps::recv(a),
         Cmd::Multicast(a) => apps::multicast(a),
         Cmd::Testbed(c) => testbed::run(c),
+        Cmd::Plan(c) => plan_cmd::run(c),
     }
 }
 

@@ -455,13 +455,15 @@ impl<'p> Gen<'p> {
                     self.expr(a, env, false)?;
                 }
                 let s = if route_key.is_some() {
+                    // The child starts here, so that the routing function
+                    // also chooses the first hop; the final destination
+                    // travels on its stack.
                     self.expr(dest, env, false)?;
-                    let fd = self.depth - 1;
                     self.emit(Op::Push, Arg::Label(block), 1, pos)?;
                     self.emit(Op::Push, Arg::Label(prologue), 1, pos)?;
                     self.emit(Op::Push, Arg::Imm(k + 2), 1, pos)?;
                     self.expr(rb, env, false)?;
-                    self.pull_slot(fd, pos)?;
+                    self.op(Op::Here, 1, pos)?;
                     k + 2
                 } else {
                     self.emit(Op::Push, Arg::Label(block), 1, pos)?;

@@ -254,3 +254,45 @@ pub fn structural_check(p: &Repr) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// A readable, stable summary of what a packet did on the simulator
+/// ([`anode_snap::sim::Network`]): one line per hop, then the deliveries and
+/// the number of link transmissions. Used by `anode plan run --sim` and the
+/// golden tests.
+pub fn outcome_text(report: &anode_snap::sim::Report) -> String {
+    use anode_snap::vm::{End, SendKind};
+    let mut s = String::new();
+    for h in &report.hops {
+        let end = match &h.end {
+            End::Exit => "exit".to_owned(),
+            End::Forwarded => "forwarded".to_owned(),
+            End::Delivered => "delivered".to_owned(),
+            End::Fault { fault, pc } => match pc {
+                Some(pc) => format!("fault {} at {pc}: {fault}", fault.kind()),
+                None => format!("fault {}: {fault}", fault.kind()),
+            },
+        };
+        let _ = write!(s, "{}: {end} after {} instructions", h.node, h.executed);
+        for (dest, via, kind, bytes) in &h.sends {
+            let k = match kind {
+                SendKind::Forward => "forward",
+                SendKind::Child => "child",
+            };
+            let _ = write!(s, "; {k} to {dest} via {via} ({bytes} bytes)");
+        }
+        s.push('\n');
+    }
+    for d in &report.deliveries {
+        let text = if d.payload.iter().all(|b| (0x20..0x7f).contains(b)) {
+            format!("{:?}", String::from_utf8_lossy(&d.payload))
+        } else {
+            d.payload.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        };
+        let _ = writeln!(s, "delivered at {} on port {}: {text}", d.node, d.port);
+    }
+    for (node, dest) in &report.unroutable {
+        let _ = writeln!(s, "unroutable at {node}: no route to {dest}");
+    }
+    let _ = writeln!(s, "{} link transmissions", report.transmissions);
+    s
+}
