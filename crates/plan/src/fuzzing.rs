@@ -8,7 +8,7 @@ pub fn compile(data: &[u8]) {
     if let Ok(c) = crate::compile("fuzz.plan", src, &crate::Options::default()) {
         let ok = anode_snap::wire::Repr::parse_bytes(&c.bytes).is_ok();
         assert!(ok, "compiled packet does not parse");
-        if let Err(e) = crate::structural_check(&c.packet) {
+        if let Err(e) = crate::structural_check(&c.packet, &c.chunk_starts) {
             panic!("compiled code breaks a structural rule: {e}\n{}", c.asm);
         }
     }

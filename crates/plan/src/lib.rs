@@ -80,6 +80,9 @@ pub struct Compiled {
     pub bytes: Vec<u8>,
     /// Code words of each block: (description, words).
     pub blocks: Vec<(String, usize)>,
+    /// Instruction index where each remotely evaluated function's block
+    /// starts: the targets of the routing prologues' `paj`.
+    pub chunk_starts: Vec<usize>,
 }
 
 /// Compiles `src` (named `file` in errors) into a SNAP packet.
@@ -109,16 +112,22 @@ fn compile_inner(src: &str, opts: &Options) -> Result<Compiled, error::PErr> {
     })?;
     // Per-block sizes, for the report and the size error.
     let mut blocks: Vec<(String, usize, Pos)> = Vec::new();
+    let mut chunk_starts = Vec::new();
     let mut cur: Option<usize> = None;
+    let mut index = 0;
     for it in &code.items {
         match it {
             Item::Label(l) => {
                 if let Some(b) = code.blocks.iter().find(|b| b.0 == *l) {
                     blocks.push((b.1.clone(), 0, b.2));
                     cur = Some(blocks.len() - 1);
+                    if b.1.starts_with("fun ") {
+                        chunk_starts.push(index);
+                    }
                 }
             }
             Item::Ins(..) => {
+                index += 1;
                 if let Some(c) = cur {
                     blocks[c].1 += 1;
                 }
@@ -147,7 +156,7 @@ fn compile_inner(src: &str, opts: &Options) -> Result<Compiled, error::PErr> {
         };
         return Err(error::PErr::new(pos, ErrorKind::TooLarge { bytes: bytes.len(), limit: opts.mtu, detail }));
     }
-    Ok(Compiled { asm: text, packet, bytes, blocks: blocks.into_iter().map(|(n, w, _)| (n, w)).collect() })
+    Ok(Compiled { asm: text, packet, bytes, blocks: blocks.into_iter().map(|(n, w, _)| (n, w)).collect(), chunk_starts })
 }
 
 fn render(code: &codegen::Code0, opts: &Options) -> String {
@@ -213,15 +222,14 @@ fn render(code: &codegen::Code0, opts: &Options) -> String {
 /// instructions before the next `mktup` and before the end (§IV-A.2). The VM
 /// checks all of these as it runs; this is the static counterpart used by
 /// the tests and the fuzz target.
-pub fn structural_check(p: &Repr) -> Result<(), String> {
+pub fn structural_check(p: &Repr, chunk_starts: &[usize]) -> Result<(), String> {
     use anode_snap::{Insn, Op};
     let len = p.code.len() as i64;
     let mut insns = Vec::with_capacity(p.code.len());
     for (i, &w) in p.code.iter().enumerate() {
         insns.push(Insn::decode(w).map_err(|e| format!("word {i}: {e}"))?);
     }
-    // Absolute indices the code pushes (block starts for `paj`).
-    let pushed: Vec<i64> = insns.iter().filter(|i| i.op == Op::Push).map(|i| i.imm_value()).collect();
+    let pushed: Vec<i64> = chunk_starts.iter().map(|&i| i as i64).collect();
     let mut fence = 0i64;
     for (at, ins) in insns.iter().enumerate() {
         let at = at as i64;
@@ -235,7 +243,7 @@ pub fn structural_check(p: &Repr) -> Result<(), String> {
             Op::Paj => {
                 for &t in &pushed {
                     let to = t + ins.imm_value();
-                    if (0..len).contains(&t) && (to < 1 || at + to > len) {
+                    if to < 1 || at + to > len {
                         return Err(format!("{at}: {ins} with {t} on the stack jumps to {}", at + to));
                     }
                 }
