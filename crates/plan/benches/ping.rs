@@ -70,7 +70,7 @@ impl Hop {
             Action::Send { packet, .. } => Some(out.bytes(packet, &self.buf).to_vec()),
             Action::Deliver { .. } => None,
         });
-        (out.end.clone(), out.executed, sent)
+        (out.end, out.executed, sent)
     }
 }
 
@@ -91,11 +91,8 @@ fn hops(first: &[u8]) -> [Hop; 3] {
 }
 
 fn bench_ping(c: &mut Criterion) {
-    let programs = [
-        ("fig1", asm("examples/snap/ping.s")),
-        ("fig2", asm("examples/snap/ping_compiled.s")),
-        ("plan", plan_ping()),
-    ];
+    let programs =
+        [("fig1", asm("examples/snap/ping.s")), ("fig2", asm("examples/snap/ping_compiled.s")), ("plan", plan_ping())];
     println!("program overhead (packet bytes minus the 4-byte payload) and instructions per hop:");
     let mut all = Vec::new();
     for (name, pkt) in &programs {

@@ -111,7 +111,12 @@ struct Gen<'p> {
 }
 
 /// Generates code for `prog` (checked), whose invocation is `inv`.
-pub(crate) fn generate(prog: &Program, notes: &Notes, dst_override: Option<Ipv4Addr>, rb_override: Option<u16>) -> PResult<Code0> {
+pub(crate) fn generate(
+    prog: &Program,
+    notes: &Notes,
+    dst_override: Option<Ipv4Addr>,
+    rb_override: Option<u16>,
+) -> PResult<Code0> {
     let Some(inv) = &prog.invocation else {
         return Err(PErr::syntax(
             crate::error::Pos { line: 1, col: 1 },
@@ -274,7 +279,11 @@ pub(crate) fn blob_text(b: &[u8]) -> String {
 
 fn int_imm(e: &Expr) -> Option<i64> {
     match e.kind {
-        ExprKind::Int(v) if (i64::from(anode_snap::ops::IMM_MIN)..=i64::from(anode_snap::ops::IMM_MAX)).contains(&v) => Some(v),
+        ExprKind::Int(v)
+            if (i64::from(anode_snap::ops::IMM_MIN)..=i64::from(anode_snap::ops::IMM_MAX)).contains(&v) =>
+        {
+            Some(v)
+        }
         _ => None,
     }
 }
@@ -314,7 +323,9 @@ impl<'p> Gen<'p> {
         if self.emitted > MAX_INSNS {
             return Err(PErr::limit(
                 pos,
-                format!("inlining and unrolling produce more than {MAX_INSNS} instructions (no packet could hold them)"),
+                format!(
+                    "inlining and unrolling produce more than {MAX_INSNS} instructions (no packet could hold them)"
+                ),
             ));
         }
         self.items.push(Item::Ins(op, arg));
@@ -345,7 +356,10 @@ impl<'p> Gen<'p> {
             Some(r) => {
                 // Stack on arrival, top first: [block :: final dest :: args].
                 let Some(&f) = self.funs.get(r) else {
-                    return Err(PErr::new(pos, crate::error::ErrorKind::Unbound(format!("routing function `{r}` is not defined"))));
+                    return Err(PErr::new(
+                        pos,
+                        crate::error::ErrorKind::Unbound(format!("routing function `{r}` is not defined")),
+                    ));
                 };
                 let arrived = self.new_label(None);
                 self.depth = 2;
@@ -487,7 +501,10 @@ impl<'p> Gen<'p> {
                     return Err(PErr::limit(pos, format!("fold bound {n} is more than {MAX_FOLD_BOUND}")));
                 }
                 let Some(&f) = self.funs.get(fun.0.as_str()) else {
-                    return Err(PErr::new(fun.1, crate::error::ErrorKind::Unbound(format!("`{}` is not defined", fun.0))));
+                    return Err(PErr::new(
+                        fun.1,
+                        crate::error::ErrorKind::Unbound(format!("`{}` is not defined", fun.0)),
+                    ));
                 };
                 let kw = if *right { "foldr" } else { "foldl" };
                 let msg = format!("{kw}[{n}] overflow at {pos}");
@@ -583,7 +600,9 @@ impl<'p> Gen<'p> {
                 }
                 match b.code {
                     Code::Insn(op) => self.op(op, 1 - n, pos)?,
-                    Code::Service(s) => self.emit(Op::Calls, Arg::Const(Const::Str(s.as_bytes().to_vec())), 1 - n, pos)?,
+                    Code::Service(s) => {
+                        self.emit(Op::Calls, Arg::Const(Const::Str(s.as_bytes().to_vec())), 1 - n, pos)?
+                    }
                     Code::StateMember => {
                         self.emit(Op::Calls, Arg::Const(Const::Str(b"state.get".to_vec())), 0, pos)?;
                         self.emit(Op::IsTag, Arg::Imm(2), 0, pos)?;

@@ -41,9 +41,8 @@ const KEYWORDS: &[&str] = &[
 ];
 
 // Longest first, so `::` wins over `:` and `<=` over `<`.
-const SYMBOLS: &[&str] = &[
-    "::", "<>", "<=", ">=", "(", ")", "[", "]", ",", ";", ":", "=", "<", ">", "+", "-", "*", "/", "~", "#", "|",
-];
+const SYMBOLS: &[&str] =
+    &["::", "<>", "<=", ">=", "(", ")", "[", "]", ",", ";", ":", "=", "<", ">", "+", "-", "*", "/", "~", "#", "|"];
 
 /// A token and where it starts.
 #[derive(Debug, Clone, PartialEq)]
@@ -157,7 +156,10 @@ impl Lexer<'_> {
         let dots = text.bytes().filter(|&b| b == b'.').count();
         let bad = || PErr::syntax(start, format!("bad number `{text}`"));
         match dots {
-            0 => text.parse::<i64>().map(Tok::Int).map_err(|_| PErr::syntax(start, format!("integer `{text}` is too large"))),
+            0 => text
+                .parse::<i64>()
+                .map(Tok::Int)
+                .map_err(|_| PErr::syntax(start, format!("integer `{text}` is too large"))),
             1 => text.parse::<f32>().map(Tok::Float).map_err(|_| bad()),
             3 => text.parse::<Ipv4Addr>().map(Tok::Host).map_err(|_| {
                 PErr::syntax(start, format!("bad host address `{text}` (four numbers 0-255 separated by dots)"))
@@ -170,7 +172,10 @@ impl Lexer<'_> {
 /// Splits `src` into tokens; the last is [`Tok::Eof`].
 pub(crate) fn lex(src: &str) -> PResult<Vec<Token>> {
     if src.len() > MAX_SOURCE {
-        return Err(PErr::limit(Pos { line: 1, col: 1 }, format!("source is {} bytes, more than {MAX_SOURCE}", src.len())));
+        return Err(PErr::limit(
+            Pos { line: 1, col: 1 },
+            format!("source is {} bytes, more than {MAX_SOURCE}", src.len()),
+        ));
     }
     let mut lx = Lexer { src: src.as_bytes(), i: 0, line: 1, col: 1 };
     let mut out = Vec::new();

@@ -156,7 +156,13 @@ fn compile_inner(src: &str, opts: &Options) -> Result<Compiled, error::PErr> {
         };
         return Err(error::PErr::new(pos, ErrorKind::TooLarge { bytes: bytes.len(), limit: opts.mtu, detail }));
     }
-    Ok(Compiled { asm: text, packet, bytes, blocks: blocks.into_iter().map(|(n, w, _)| (n, w)).collect(), chunk_starts })
+    Ok(Compiled {
+        asm: text,
+        packet,
+        bytes,
+        blocks: blocks.into_iter().map(|(n, w, _)| (n, w)).collect(),
+        chunk_starts,
+    })
 }
 
 fn render(code: &codegen::Code0, opts: &Options) -> String {

@@ -134,7 +134,9 @@ fn peephole(items: &mut Vec<Item>) {
                     (Some((Op::PopI, k)), Op::Pop) => Some((2, vec![popi(imm(&k) + 1)])),
                     (Some((Op::Pop, _)), Op::PopI) => Some((2, vec![popi(imm(&a2) + 1)])),
                     (Some((Op::PopI, k)), Op::PopI) => Some((2, vec![popi(imm(&k) + imm(&a2))])),
-                    (Some((Op::Slide, k)), Op::Slide) => Some((2, vec![Item::Ins(Op::Slide, Arg::Imm(imm(&k) + imm(&a2)))])),
+                    (Some((Op::Slide, k)), Op::Slide) => {
+                        Some((2, vec![Item::Ins(Op::Slide, Arg::Imm(imm(&k) + imm(&a2)))]))
+                    }
                     (_, Op::Slide | Op::PopI) if imm(&a2) == 0 => Some((1, vec![])),
                     (_, Op::PopI) if imm(&a2) == 1 => Some((1, vec![Item::Ins(Op::Pop, Arg::None)])),
                     _ => None,

@@ -97,7 +97,10 @@ impl Parser {
             let pos = self.pos();
             let e = self.expr().map_err(|e| {
                 if matches!(e.kind, crate::error::ErrorKind::Syntax(_)) && e.pos == pos {
-                    PErr::syntax(pos, format!("expected `fun` or the invocation `OnRemote(...)`, found {}", self.peek()))
+                    PErr::syntax(
+                        pos,
+                        format!("expected `fun` or the invocation `OnRemote(...)`, found {}", self.peek()),
+                    )
                 } else {
                     e
                 }
@@ -445,7 +448,11 @@ impl Parser {
             self.i += 1;
             v.push(self.expr()?);
         }
-        Ok(if v.len() == 1 { v.pop().unwrap_or_else(|| self.mk(ExprKind::Unit, pos)) } else { self.mk(ExprKind::Seq(v), pos) })
+        Ok(if v.len() == 1 {
+            v.pop().unwrap_or_else(|| self.mk(ExprKind::Unit, pos))
+        } else {
+            self.mk(ExprKind::Seq(v), pos)
+        })
     }
 
     fn fold(&mut self, right: bool) -> PResult<ExprKind> {
@@ -494,6 +501,12 @@ impl Parser {
         };
         self.sym(")")?;
         let _ = self.peek_at(0);
-        Ok(ExprKind::Remote { chunk: Chunk { fun, fun_pos, args }, dest: Box::new(dest), rb: Box::new(rb), route, neighbor })
+        Ok(ExprKind::Remote {
+            chunk: Chunk { fun, fun_pos, args },
+            dest: Box::new(dest),
+            rb: Box::new(rb),
+            route,
+            neighbor,
+        })
     }
 }

@@ -153,7 +153,8 @@ pub(crate) fn check(prog: &Program) -> PResult<Notes> {
         }
     }
     let order = call_order(prog, &funs)?;
-    let mut ck = Checker { subst: Vec::new(), funs, sigs: HashMap::new(), pending_num: Vec::new(), deferred: Vec::new() };
+    let mut ck =
+        Checker { subst: Vec::new(), funs, sigs: HashMap::new(), pending_num: Vec::new(), deferred: Vec::new() };
     // Parameter types are known from the annotations; results are inferred
     // callees first.
     for name in &order {
@@ -163,7 +164,9 @@ pub(crate) fn check(prog: &Program) -> PResult<Notes> {
         let body = ck.expr(&f.body, &mut env)?;
         if let Some(r) = &f.ret {
             let r = Ty::from_expr(r);
-            ck.unify(&body, &r, f.body.pos, || format!("the body of `{}` has type {{a}}, but its declared result is {{b}}", f.name))?;
+            ck.unify(&body, &r, f.body.pos, || {
+                format!("the body of `{}` has type {{a}}, but its declared result is {{b}}", f.name)
+            })?;
         }
         ck.finish_deferred()?;
         let ret = ck.resolve(&body, 0);
@@ -415,7 +418,9 @@ impl<'p> Checker<'p> {
                     Class::Equality => "int, bool, unit, host or float (blobs, strings, tuples and lists have no `=`)",
                     Class::Key => "int, bool, host, blob or string (a soft-state key)",
                     Class::Scalar => "int, bool, unit, host or float (a soft-state value)",
-                    Class::Deliverable => "a scalar, blob, string or a tuple of those (lists and nested tuples cannot be delivered)",
+                    Class::Deliverable => {
+                        "a scalar, blob, string or a tuple of those (lists and nested tuples cannot be delivered)"
+                    }
                 };
                 return Err(PErr::ty(pos, format!("{what} has type {r}, but must be {need}")));
             }
@@ -432,7 +437,10 @@ impl<'p> Checker<'p> {
             ExprKind::Int(v) => {
                 let (lo, hi) = (i64::from(anode_snap::ops::IMM_MIN), i64::from(anode_snap::ops::IMM_MAX));
                 if !(lo..=hi).contains(v) {
-                    return Err(PErr::ty(e.pos, format!("integer {v} does not fit SNAP's 25-bit integers ({lo}..{hi})")));
+                    return Err(PErr::ty(
+                        e.pos,
+                        format!("integer {v} does not fit SNAP's 25-bit integers ({lo}..{hi})"),
+                    ));
                 }
                 Ty::Int
             }
@@ -571,19 +579,29 @@ impl<'p> Checker<'p> {
                 let Some(sig) = self.sigs.get(fun.0.as_str()) else {
                     return Err(PErr::new(
                         fun.1,
-                        ErrorKind::Unbound(format!("`{}` is not a function of this program (fold needs one of yours)", fun.0)),
+                        ErrorKind::Unbound(format!(
+                            "`{}` is not a function of this program (fold needs one of yours)",
+                            fun.0
+                        )),
                     ));
                 };
                 let (params, ret) = (sig.params.clone(), sig.ret.clone());
                 if params.len() != 2 {
-                    return Err(PErr::ty(fun.1, format!("`{}` takes {} arguments; `{kw}` needs a function of two", fun.0, params.len())));
+                    return Err(PErr::ty(
+                        fun.1,
+                        format!("`{}` takes {} arguments; `{kw}` needs a function of two", fun.0, params.len()),
+                    ));
                 }
                 // foldl: f(acc, x); foldr: f(x, acc).
                 let (pa, px) = if *right { (&params[1], &params[0]) } else { (&params[0], &params[1]) };
                 let f = fun.0.clone();
-                self.unify(&ti, pa, init.pos, || format!("the initial value has type {{a}}, but `{f}` takes an accumulator of type {{b}}"))?;
+                self.unify(&ti, pa, init.pos, || {
+                    format!("the initial value has type {{a}}, but `{f}` takes an accumulator of type {{b}}")
+                })?;
                 let f = fun.0.clone();
-                self.unify(&el, px, list.pos, || format!("the list elements have type {{a}}, but `{f}` takes elements of type {{b}}"))?;
+                self.unify(&el, px, list.pos, || {
+                    format!("the list elements have type {{a}}, but `{f}` takes elements of type {{b}}")
+                })?;
                 let f = fun.0.clone();
                 self.unify(&ret, pa, fun.1, || format!("`{f}` returns {{a}}, but its accumulator has type {{b}}"))?;
                 ti
@@ -608,7 +626,10 @@ impl<'p> Checker<'p> {
         let Some(f) = self.funs.get(chunk.fun.as_str()).copied() else {
             return Err(PErr::new(
                 chunk.fun_pos,
-                ErrorKind::Unbound(format!("`{}` is not a function of this program (`{what}` evaluates one of yours)", chunk.fun)),
+                ErrorKind::Unbound(format!(
+                    "`{}` is not a function of this program (`{what}` evaluates one of yours)",
+                    chunk.fun
+                )),
             ));
         };
         if f.params.len() != chunk.args.len() {
@@ -634,7 +655,10 @@ impl<'p> Checker<'p> {
                 self.unify_inner(&p, &Ty::Host, 0) && self.unify_inner(&ret, &Ty::Host, 0)
             };
             if !ok {
-                return Err(PErr::ty(*pos, format!("routing function `{r}` must have type host -> host (destination to next hop)")));
+                return Err(PErr::ty(
+                    *pos,
+                    format!("routing function `{r}` must have type host -> host (destination to next hop)"),
+                ));
             }
         }
         Ok(())
@@ -661,7 +685,10 @@ impl<'p> Checker<'p> {
         if let Some(sig) = self.sigs.get(name) {
             let (params, ret) = (sig.params.clone(), sig.ret.clone());
             if params.len() != args.len() {
-                return Err(PErr::ty(e.pos, format!("`{name}` takes {} arguments, given {}", params.len(), args.len())));
+                return Err(PErr::ty(
+                    e.pos,
+                    format!("`{name}` takes {} arguments, given {}", params.len(), args.len()),
+                ));
             }
             for (i, ((t, p), a)) in targs.iter().zip(&params).zip(args).enumerate() {
                 let pname = self.funs.get(name).and_then(|f| f.params.get(i)).map_or("?", |p| p.name.as_str());
@@ -695,7 +722,9 @@ impl<'p> Checker<'p> {
             match p {
                 BTy::Key => self.deferred.push((args[i].pos, t.clone(), Class::Key, what)),
                 BTy::Scalar => self.deferred.push((args[i].pos, t.clone(), Class::Scalar, what)),
-                BTy::Any if b.code == Code::Deliver => self.deferred.push((args[i].pos, t.clone(), Class::Deliverable, what)),
+                BTy::Any if b.code == Code::Deliver => {
+                    self.deferred.push((args[i].pos, t.clone(), Class::Deliverable, what))
+                }
                 BTy::Any => {}
                 BTy::ConstInt => {
                     if !matches!(args[i].kind, ExprKind::Int(k) if (0..=32).contains(&k)) {
@@ -721,7 +750,10 @@ impl<'p> Checker<'p> {
         };
         for a in &chunk.args {
             if !is_const(a) {
-                return Err(PErr::ty(a.pos, "the invocation's arguments must be constants (literals, tuples and lists of them)"));
+                return Err(PErr::ty(
+                    a.pos,
+                    "the invocation's arguments must be constants (literals, tuples and lists of them)",
+                ));
             }
         }
         if !matches!(dest.kind, ExprKind::Host(_)) {

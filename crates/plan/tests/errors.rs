@@ -41,7 +41,12 @@ fn syntax_errors() {
 fn type_errors() {
     let k = at(&format!("fun f(x: int) = x + true\n{INV}"), 1, 19, "the operands of `+` differ: int and bool");
     assert!(matches!(k, ErrorKind::Type(_)));
-    at(&format!("fun f(x: int) = if x then 1 else 2\n{INV}"), 1, 20, "the condition of `if` has type int, expected bool");
+    at(
+        &format!("fun f(x: int) = if x then 1 else 2\n{INV}"),
+        1,
+        20,
+        "the condition of `if` has type int, expected bool",
+    );
     at(&format!("fun f(x: int) = if true then 1 else \"a\"\n{INV}"), 1, 37, "`then` gives int but `else` gives string");
     at(&format!("fun f(x: int) : bool = x\n{INV}"), 1, 24, "declared result is bool");
     at(&format!("fun f(x: int) = hd(x)\n{INV}"), 1, 20, "the argument of `hd` has type int");
@@ -53,7 +58,12 @@ fn type_errors() {
     at(&format!("fun f(x: int) = x\nfun f(y: int) = y\n{INV}"), 2, 5, "already defined at 1:5");
     at("fun f(x: int) = x\nOnRemote(|f|(getRB()), 10.0.0.2, 8, defaultRoute)", 2, 14, "must be constants");
     at("fun f(x: int) = x\nOnRemote(|f|(true), 10.0.0.2, 8, defaultRoute)", 2, 14, "argument `x` of `f` has type bool");
-    at(&format!("fun r(x: int) : int = x\nfun f(x: int) = OnRemote(|f|(x), 10.0.0.1, 1, r)\n{INV}"), 2, 47, "must have type host -> host");
+    at(
+        &format!("fun r(x: int) : int = x\nfun f(x: int) = OnRemote(|f|(x), 10.0.0.1, 1, r)\n{INV}"),
+        2,
+        47,
+        "must have type host -> host",
+    );
     at(&format!("fun f(x: int) = 16777216\n{INV}"), 1, 17, "does not fit SNAP's 25-bit integers");
 }
 
@@ -79,12 +89,22 @@ fn recursion_mutual_names_the_cycle() {
         "recursive function: r -> r",
     );
     // A chunk naming its own function is not recursion: it is a new packet.
-    compile("t.plan", "fun f(x: int) = OnRemote(|f|(x), getSrc(), 1, defaultRoute)\nOnRemote(|f|(1), 10.0.0.2, 8, defaultRoute)", &Options::default()).unwrap();
+    compile(
+        "t.plan",
+        "fun f(x: int) = OnRemote(|f|(x), getSrc(), 1, defaultRoute)\nOnRemote(|f|(1), 10.0.0.2, 8, defaultRoute)",
+        &Options::default(),
+    )
+    .unwrap();
 }
 
 #[test]
 fn fold_without_bound() {
-    let k = at(&format!("fun add(a: int, x: int) : int = a + x\nfun f(x: int) = foldl(add, 0, [x])\n{INV}"), 2, 17, "write foldl[N](...)");
+    let k = at(
+        &format!("fun add(a: int, x: int) : int = a + x\nfun f(x: int) = foldl(add, 0, [x])\n{INV}"),
+        2,
+        17,
+        "write foldl[N](...)",
+    );
     assert_eq!(k, ErrorKind::FoldWithoutBound("foldl"));
     at(&format!("fun add(x: int, a: int) : int = a + x\nfun f(x: int) = foldr(add, [x], 0)\n{INV}"), 2, 17, "foldr[N]");
 }
@@ -110,7 +130,12 @@ fn compiler_limits_are_errors() {
     at(&deep, 1, 49, "nested more than");
     let e = err(&"x".repeat(300 * 1024));
     assert!(matches!(e.kind, ErrorKind::Limit(_)), "{e}");
-    at(&format!("fun g(a: int, x: int) : int = a\nfun f(x: int) = foldl[5000](g, 0, [x])\n{INV}"), 2, 17, "more than 1024");
+    at(
+        &format!("fun g(a: int, x: int) : int = a\nfun f(x: int) = foldl[5000](g, 0, [x])\n{INV}"),
+        2,
+        17,
+        "more than 1024",
+    );
     // Exponential inlining is cut off by the instruction budget.
     let mut src = String::from("fun f0(x: int) : int = x + 1\n");
     for i in 1..12 {

@@ -76,7 +76,8 @@ fn ping() {
 fn compiled_ping_behaves_like_fig1() {
     let src = std::fs::read_to_string(example("ping")).unwrap();
     let c = compile("ping.plan", &src, &Options::default()).unwrap();
-    let hand = anode_snap::asm::assemble(&std::fs::read_to_string(root().join("examples/snap/ping.s")).unwrap()).unwrap();
+    let hand =
+        anode_snap::asm::assemble(&std::fs::read_to_string(root().join("examples/snap/ping.s")).unwrap()).unwrap();
     for n in 2..=6u8 {
         let dst = Ipv4Addr::new(10, 0, 0, n);
         let c = compile("ping.plan", &src, &Options { dst: Some(dst), ..Options::default() }).unwrap();
@@ -122,7 +123,7 @@ fn cache_answers_from_the_router_the_second_time() {
     let out = golden(&example("cache"), "line4", 2);
     let (first, second) = out.split_once("; run 2").unwrap();
     // (144, 10.0.0.4) then (144, 10.0.0.2).
-    assert!(first.contains("on port 7002: 0000040000009003000" ) && first.contains("0a000004"), "{first}");
+    assert!(first.contains("on port 7002: 0000040000009003000") && first.contains("0a000004"), "{first}");
     assert!(second.contains("0a000002"), "{second}");
 }
 
