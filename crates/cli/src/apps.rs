@@ -200,7 +200,7 @@ fn run_dir(sel: &NodeSel) -> Result<PathBuf> {
 }
 
 /// Connects to the local node: the client, its address and MTU.
-fn connect(sel: &NodeSel) -> Result<(Client, Ipv4Addr, usize)> {
+pub(crate) fn connect(sel: &NodeSel) -> Result<(Client, Ipv4Addr, usize)> {
     let dir = run_dir(sel)?;
     let mut c = Client::connect(&dir)?;
     let (here, mtu) = c.hello()?;

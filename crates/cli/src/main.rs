@@ -18,6 +18,7 @@ mod apps;
 mod demo;
 mod keys_cmd;
 mod node_cmd;
+mod plan_cmd;
 mod testbed;
 
 /// anode: a secure, resource-controlled programmable network node.
@@ -50,6 +51,9 @@ enum Cmd {
     /// Node and user identities: generate and show Ed25519 keys.
     #[command(subcommand)]
     Keys(keys_cmd::KeysCmd),
+    /// PLAN programs: compile to SNAP, check, run on a node or the simulator.
+    #[command(subcommand)]
+    Plan(plan_cmd::PlanCmd),
     /// Start or stop a testbed of nodes from a topology file.
     #[command(subcommand)]
     Testbed(testbed::TestbedCmd),
@@ -142,6 +146,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Cmd::Multicast(a) => apps::multicast(a),
         Cmd::Testbed(c) => testbed::run(c),
         Cmd::Keys(c) => keys_cmd::run(c),
+        Cmd::Plan(c) => plan_cmd::run(c),
     }
 }
 

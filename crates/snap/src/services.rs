@@ -13,6 +13,7 @@
 //! - `state.put key value ttl_s`, `state.get key`, `state.del key`: a bounded
 //!   per-node soft-state store with expiry ([`SoftState`]).
 //! - `print v`: appends a line to the packet's log output.
+//! - `abort msg`: ends the packet with a fault carrying the message.
 
 use crate::value::Tag;
 use core::net::Ipv4Addr;
@@ -103,6 +104,11 @@ pub enum ServiceError {
     /// The service is out of a bounded resource.
     #[error("service resource exhausted: {0}")]
     Exhausted(&'static str),
+    /// The packet ended itself with `abort` (PLAN's run-time errors, such as
+    /// a list longer than its fold bound); the message, if it was a short
+    /// string or blob.
+    #[error("the program aborted: {0:?}")]
+    Aborted(SmallBytes),
 }
 
 /// What a service may know about the node and the call.
@@ -165,7 +171,7 @@ impl ServiceTable {
     pub fn with_builtins() -> ServiceTable {
         let mut t = ServiceTable::new();
         let state = Arc::new(SoftState::new(1024));
-        let reg: [(&str, Arc<dyn Service>); 7] = [
+        let reg: [(&str, Arc<dyn Service>); 8] = [
             ("clock.ms", Arc::new(Clock { div: 1 })),
             ("clock.s", Arc::new(Clock { div: 1000 })),
             ("ifcount", Arc::new(IfCount)),
@@ -173,6 +179,7 @@ impl ServiceTable {
             ("state.get", Arc::new(StateGet(state.clone()))),
             ("state.del", Arc::new(StateDel(state))),
             ("print", Arc::new(Print)),
+            ("abort", Arc::new(Abort)),
         ];
         for (n, s) in reg {
             // Names and arities above are valid by construction.
@@ -265,6 +272,23 @@ impl Service for Print {
             cx.log.push('\n');
         }
         Ok(Ret::Unit)
+    }
+}
+
+/// `abort msg`: always fails, ending the packet with a `service_failed`
+/// fault that carries the message (so it has no network effect). PLAN
+/// programs compiled by `anode-plan` use it for run-time errors.
+struct Abort;
+impl Service for Abort {
+    fn arity(&self) -> usize {
+        1
+    }
+    fn call(&self, _: &mut ServiceCx<'_>, args: &[Arg]) -> Result<Ret, ServiceError> {
+        let msg = match args.first() {
+            Some(Arg::Bytes(_, b)) => *b,
+            _ => SmallBytes::new(b"").unwrap_or(SmallBytes { buf: [0; MAX_BYTES_ARG], len: 0 }),
+        };
+        Err(ServiceError::Aborted(msg))
     }
 }
 
