@@ -258,7 +258,8 @@ impl Issuer {
     }
     /// An issuer from a 32-byte Ed25519 secret.
     pub fn from_secret(secret: &[u8; 32]) -> Result<Issuer, CredError> {
-        let key = KeyPair::from_bytes(secret, biscuit_auth::format::schema::public_key::Algorithm::Ed25519).map_err(|e| CredError::Build(e.to_string()))?;
+        let key = KeyPair::from_bytes(secret, biscuit_auth::format::schema::public_key::Algorithm::Ed25519)
+            .map_err(|e| CredError::Build(e.to_string()))?;
         Ok(Issuer { key })
     }
     /// The administrator's public key, which nodes verify credentials against.
@@ -449,11 +450,7 @@ impl Default for VerifierConfig {
     fn default() -> Self {
         VerifierConfig {
             node_limits: Limits { memory: 64 << 20, cpu: 10_000_000, state: 1 << 20 },
-            run_limits: AuthorizerLimits {
-                max_facts: 1000,
-                max_iterations: 100,
-                max_time: Duration::from_millis(50),
-            },
+            run_limits: AuthorizerLimits { max_facts: 1000, max_iterations: 100, max_time: Duration::from_millis(50) },
             decision_ttl: Duration::from_secs(1),
             decision_cache: 4096,
         }

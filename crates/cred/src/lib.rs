@@ -18,7 +18,7 @@ pub mod naming;
 
 pub use biscuit_auth::PublicKey as RootKey;
 pub use credential::{
-    Attenuation, AuthCounters, CredError, Credential, Grant, GrantSpec, Issuer, LoadRequest, Limits, ModuleGrant,
+    Attenuation, AuthCounters, CredError, Credential, Grant, GrantSpec, Issuer, Limits, LoadRequest, ModuleGrant,
     RequestedLimits, Verifier, VerifierConfig,
 };
 pub use ed25519_dalek::SigningKey;

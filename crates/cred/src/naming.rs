@@ -217,8 +217,7 @@ pub enum NameRequest {
 impl NameRequest {
     /// Parses `"name/version | name/version ..."` for a programmer key.
     pub fn signed(programmer: PrincipalId, list: &str) -> Result<NameRequest, NameError> {
-        let alternatives =
-            split_list(list)?.into_iter().map(split_signed).collect::<Result<Vec<_>, _>>()?;
+        let alternatives = split_list(list)?.into_iter().map(split_signed).collect::<Result<Vec<_>, _>>()?;
         Ok(NameRequest::Signed { programmer, alternatives })
     }
     /// Parses `"name | name ..."` for a loader key.
@@ -496,7 +495,10 @@ mod tests {
     fn malformed_framing_is_refused() {
         assert!(matches!(CodeInfo::inspect(b"\0asm"), Err(NameError::MalformedWasm(_))));
         assert!(matches!(CodeInfo::inspect(b"\0asm\x01\0\0\0\x01\x05\0"), Err(NameError::MalformedWasm(_))));
-        assert!(matches!(CodeInfo::inspect(b"\0asm\x01\0\0\0\x01\xff\xff\xff\xff\xff"), Err(NameError::MalformedWasm(_))));
+        assert!(matches!(
+            CodeInfo::inspect(b"\0asm\x01\0\0\0\x01\xff\xff\xff\xff\xff"),
+            Err(NameError::MalformedWasm(_))
+        ));
     }
 
     #[test]

@@ -142,13 +142,13 @@ fn attenuation_cannot_widen() {
             code.hash.to_hex()
         ))
         .unwrap();
-    assert_eq!(v.authorize(t(0), &req(wide.to_bytes(), &code)).unwrap_err(), CredError::NotGranted { module: code.hash });
+    assert_eq!(
+        v.authorize(t(0), &req(wide.to_bytes(), &code)).unwrap_err(),
+        CredError::NotGranted { module: code.hash }
+    );
     let mut r = req(wide.to_bytes(), &granted);
     r.interfaces = InterfaceSet::of(&[Interface::Net]);
-    assert!(matches!(
-        v.authorize(t(0), &r).unwrap_err(),
-        CredError::InterfaceNotGranted { right: Interface::Net, .. }
-    ));
+    assert!(matches!(v.authorize(t(0), &r).unwrap_err(), CredError::InterfaceNotGranted { right: Interface::Net, .. }));
     let mut r = req(wide.to_bytes(), &granted);
     r.limits.memory = Some(1_000_000_000);
     assert_eq!(

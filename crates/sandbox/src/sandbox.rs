@@ -482,10 +482,7 @@ impl Sandbox {
 
     /// Linear memory charged to `principal`'s module store, bytes.
     pub fn memory_used(&self, principal: &PrincipalId) -> usize {
-        self.tenants
-            .get(principal)
-            .and_then(|t| t.modules.as_ref())
-            .map_or(0, |s| s.store.data().limiter.used)
+        self.tenants.get(principal).and_then(|t| t.modules.as_ref()).map_or(0, |s| s.store.data().limiter.used)
     }
 
     /// Loaded modules (switchlets, not capsule instances).
@@ -550,7 +547,8 @@ impl Sandbox {
         local_name: Option<&str>,
         limits: RequestedLimits,
     ) -> Result<Grant, LoadError> {
-        let req = LoadRequest { credential, requester, code: &ins.info, local_name, interfaces: ins.interfaces, limits };
+        let req =
+            LoadRequest { credential, requester, code: &ins.info, local_name, interfaces: ins.interfaces, limits };
         let grant = self.verifier.authorize(now.wall, &req).map_err(|e| match e {
             CredError::InterfaceNotGranted { right, .. } => forbidden(&ins.imports, right),
             other => LoadError::Denied(other),
@@ -1101,7 +1099,11 @@ impl Sandbox {
         self.pending += 1;
         let requested = !self.fetches.contains_key(&hash);
         let deadline = now.ms + self.cfg.fetch_timeout_ms;
-        self.fetches.entry(hash).or_insert_with(|| Fetch { deadline, waiting: Vec::new() }).waiting.push((from, msg.to_vec()));
+        self.fetches
+            .entry(hash)
+            .or_insert_with(|| Fetch { deadline, waiting: Vec::new() })
+            .waiting
+            .push((from, msg.to_vec()));
         if requested {
             let mut bytes = Vec::new();
             capsule::encode_code_request(&hash, &mut bytes);

@@ -61,9 +61,7 @@ impl SoftState {
         }
         let old = self.map.get(&key).map_or(0, |(v, _)| key.len() + v.len());
         let new = key.len() + value.len();
-        let fits = |s: &SoftState| {
-            s.bytes - old + new <= s.cap_bytes && (old > 0 || s.map.len() < s.cap_entries)
-        };
+        let fits = |s: &SoftState| s.bytes - old + new <= s.cap_bytes && (old > 0 || s.map.len() < s.cap_entries);
         if !fits(self) {
             self.purge(now);
             let old2 = self.map.get(&key).map_or(0, |(v, _)| key.len() + v.len());

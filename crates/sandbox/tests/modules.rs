@@ -73,8 +73,7 @@ fn forbidden_import_is_refused_naming_import_and_right() {
     assert_no_effect(&sb, &code);
     assert_eq!(sb.counters().load_refused.get("forbidden_import"), Some(&1));
     // With net granted too, it loads.
-    let cred =
-        ordinary(user(), vec![ModuleGrant::Hash(ModuleHash::of(&code))], &[Interface::Log, Interface::Net]);
+    let cred = ordinary(user(), vec![ModuleGrant::Hash(ModuleHash::of(&code))], &[Interface::Log, Interface::Net]);
     assert!(sb.load(now(0), &spec(&code, Some(cred.to_bytes()))).is_ok());
 }
 
@@ -82,8 +81,7 @@ fn forbidden_import_is_refused_naming_import_and_right() {
 fn attenuated_interfaces_thin_the_module() {
     let mut sb = sandbox();
     let code = module("sneaky");
-    let cred =
-        ordinary(user(), vec![ModuleGrant::Hash(ModuleHash::of(&code))], &[Interface::Log, Interface::Net]);
+    let cred = ordinary(user(), vec![ModuleGrant::Hash(ModuleHash::of(&code))], &[Interface::Log, Interface::Net]);
     let thin = cred
         .attenuate(&Attenuation { interfaces: Some(InterfaceSet::of(&[Interface::Log])), ..Default::default() })
         .unwrap();
@@ -95,7 +93,8 @@ fn attenuated_interfaces_thin_the_module() {
 #[test]
 fn import_from_no_host_interface_is_refused() {
     let mut sb = sandbox();
-    let code = wat(r#"(module (import "wasi_snapshot_preview1" "fd_write" (func (param i32 i32 i32 i32) (result i32))))"#);
+    let code =
+        wat(r#"(module (import "wasi_snapshot_preview1" "fd_write" (func (param i32 i32 i32 i32) (result i32))))"#);
     let c = admin(user());
     let e = sb.load(now(0), &spec(&code, Some(c.to_bytes()))).unwrap_err();
     assert_eq!(e, LoadError::ForbiddenImport { import: "wasi_snapshot_preview1.fd_write".into(), right: None });
@@ -139,7 +138,10 @@ fn credential_refusals_have_no_effect() {
     assert_no_effect(&sb, &code);
     // Wrong issuer.
     let other = Issuer::from_secret(&[2; 32]).unwrap().admin(user(), None).unwrap();
-    assert_eq!(sb.load(now(0), &spec(&code, Some(other.to_bytes()))).unwrap_err(), LoadError::Denied(CredError::WrongIssuer));
+    assert_eq!(
+        sb.load(now(0), &spec(&code, Some(other.to_bytes()))).unwrap_err(),
+        LoadError::Denied(CredError::WrongIssuer)
+    );
     // Expired.
     let ifaces = [Interface::State, Interface::Marshal, Interface::Log, Interface::Net];
     let soon = issuer()
@@ -158,7 +160,10 @@ fn credential_refusals_have_no_effect() {
     // Attenuated beyond the parent: a block claiming admin and more memory.
     let c = ordinary(user(), vec![ModuleGrant::Hash(ModuleHash([0; 32]))], &ifaces);
     let wide = c
-        .attenuate_datalog(&format!("right(\"admin\"); grant_hash(\"{}\"); limit(\"memory\", 999999999);", hash.to_hex()))
+        .attenuate_datalog(&format!(
+            "right(\"admin\"); grant_hash(\"{}\"); limit(\"memory\", 999999999);",
+            hash.to_hex()
+        ))
         .unwrap();
     assert_eq!(
         sb.load(now(0), &spec(&code, Some(wide.to_bytes()))).unwrap_err(),
@@ -221,7 +226,11 @@ fn version_preference_lists_fall_back() {
     // Hash names and the loader's own names resolve too.
     assert_eq!(sb.resolve(&NameRequest::Hash(ModuleHash::of(&v1))), Some(id1));
     let code = module("counter");
-    let cred = ordinary(user(), vec![ModuleGrant::Local("ctr".into())], &[Interface::State, Interface::Marshal, Interface::Log, Interface::Net]);
+    let cred = ordinary(
+        user(),
+        vec![ModuleGrant::Local("ctr".into())],
+        &[Interface::State, Interface::Marshal, Interface::Log, Interface::Net],
+    );
     let mut s = spec(&code, Some(cred.to_bytes()));
     s.local_name = Some("ctr");
     let id3 = sb.load(now(0), &s).unwrap();
@@ -319,7 +328,10 @@ fn init_that_traps_or_spins_refuses_the_load() {
     let mut sb = sandbox();
     let c = admin(user());
     let code = wat(r#"(module (func (export "anode_init") unreachable))"#);
-    assert!(matches!(sb.load(now(0), &spec(&code, Some(c.to_bytes()))).unwrap_err(), LoadError::InitFailed(InvokeError::Trap(_))));
+    assert!(matches!(
+        sb.load(now(0), &spec(&code, Some(c.to_bytes()))).unwrap_err(),
+        LoadError::InitFailed(InvokeError::Trap(_))
+    ));
     let code = wat(r#"(module (func (export "anode_init") (loop (br 0))))"#);
     assert_eq!(
         sb.load(now(0), &spec(&code, Some(c.to_bytes()))).unwrap_err(),
@@ -353,7 +365,10 @@ fn channels_demux_and_alarms_fire() {
     sb.handle_timeout(now(99), &mut out);
     assert!(out.is_empty());
     sb.handle_timeout(now(100), &mut out);
-    assert!(matches!(&out[..], [Action::Log { module, text, .. }] if *module == id && text == "channel tick"), "{out:?}");
+    assert!(
+        matches!(&out[..], [Action::Log { module, text, .. }] if *module == id && text == "channel tick"),
+        "{out:?}"
+    );
     assert_eq!(sb.counters().alarms_fired, 1);
     assert_eq!(sb.poll_at(), None);
     out.clear();
@@ -369,8 +384,7 @@ fn handles_cannot_be_forged_by_another_module() {
     let c = admin(user());
     sb.load(now(0), &spec(&chan, Some(c.to_bytes()))).unwrap();
     // The same principal (same store, same handle table) tries every small handle.
-    let forger = wat(
-        r#"(module
+    let forger = wat(r#"(module
             (import "net" "close_channel" (func $close (param i32) (result i32)))
             (import "time" "cancel_alarm" (func $cancel (param i32) (result i32)))
             (import "anode" "register" (func $reg (param i32 i32 i32) (result i32)))
@@ -392,8 +406,7 @@ fn handles_cannot_be_forged_by_another_module() {
                 (local.set $g (i32.add (local.get $g) (i32.const 1)))
                 (br_if $gl (i32.lt_u (local.get $g) (i32.const 8))))
               (local.get $ok))
-            (func (export "anode_init") (drop (call $reg (i32.const 0) (i32.const 3) (i32.const 1)))))"#,
-    );
+            (func (export "anode_init") (drop (call $reg (i32.const 0) (i32.const 3) (i32.const 1)))))"#);
     let id = sb.load(now(0), &spec(&forger, Some(c.to_bytes()))).unwrap();
     let mut out = Vec::new();
     assert_eq!(sb.invoke(now(1), id, "run", b"", &mut out), Ok(0), "no forged handle worked");
@@ -422,8 +435,7 @@ fn unload_frees_names_channels_and_memory() {
 #[test]
 fn log_is_rate_limited_per_module() {
     let mut sb = sandbox();
-    let code = wat(
-        r#"(module
+    let code = wat(r#"(module
             (import "log" "write" (func $log (param i32 i32) (result i32)))
             (import "anode" "register" (func $reg (param i32 i32 i32) (result i32)))
             (memory (export "memory") 1)
@@ -436,8 +448,7 @@ fn log_is_rate_limited_per_module() {
                 (local.set $i (i32.add (local.get $i) (i32.const 1)))
                 (br_if $l (i32.lt_u (local.get $i) (i32.const 100))))
               (i32.const 0))
-            (func (export "anode_init") (drop (call $reg (i32.const 0) (i32.const 4) (i32.const 1)))))"#,
-    );
+            (func (export "anode_init") (drop (call $reg (i32.const 0) (i32.const 4) (i32.const 1)))))"#);
     let c = admin(user());
     let id = sb.load(now(0), &spec(&code, Some(c.to_bytes()))).unwrap();
     let mut out = Vec::new();

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use anode_cred::{Credential, GrantSpec, Interface, InterfaceSet, Issuer, Limits, ModuleGrant, PrincipalId, SigningKey};
+use anode_cred::{
+    Credential, GrantSpec, Interface, InterfaceSet, Issuer, Limits, ModuleGrant, PrincipalId, SigningKey,
+};
 use anode_sandbox::{Action, Now, Sandbox, SandboxConfig, StaticRoutes};
 
 /// Where `scripts/setup` puts the example modules built from `modules/`.
