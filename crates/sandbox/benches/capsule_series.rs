@@ -58,9 +58,8 @@ fn main() {
         );
         println!("  batch   mean µs/capsule   cache entries   capsule-store recycles");
         for b in 0..batches {
-            let codes: Vec<Vec<u8>> = (0..per)
-                .map(|i| if distinct { variant((b * per + i) as u32 + 1) } else { same.clone() })
-                .collect();
+            let codes: Vec<Vec<u8>> =
+                (0..per).map(|i| if distinct { variant((b * per + i) as u32 + 1) } else { same.clone() }).collect();
             let start = Instant::now();
             for code in &codes {
                 Capsule {

@@ -25,9 +25,13 @@ fn now(ms: u64) -> Now {
 }
 
 fn sandbox(cpu: CpuBound) -> (Sandbox, Issuer) {
+    sandbox_opt(cpu, true)
+}
+
+fn sandbox_opt(cpu: CpuBound, optimize: bool) -> (Sandbox, Issuer) {
     let issuer = Issuer::from_secret(&[1; 32]).unwrap();
     let routes = StaticRoutes { this: Ipv4Addr::new(10, 0, 0, 1), table: HashMap::new() };
-    let cfg = SandboxConfig { cpu, ..Default::default() };
+    let cfg = SandboxConfig { cpu, optimize, ..Default::default() };
     (Sandbox::new(issuer.public_key(), cfg, Arc::new(routes)).unwrap(), issuer)
 }
 
@@ -71,21 +75,69 @@ fn bench(c: &mut Criterion) {
     let mut out = Vec::new();
 
     let mut n = 0u64;
-    c.bench_function("cold_load_2k_module", |b| {
+    for optimize in [true, false] {
+        let (mut sb, _) = sandbox_opt(CpuBound::Fuel, optimize);
+        let name = if optimize { "cold_load_2k_module" } else { "cold_load_2k_module_unoptimized" };
+        c.bench_function(name, |b| {
+            b.iter(|| {
+                n += 1;
+                let code = unique(&ping, n, 2048);
+                let spec = LoadSpec {
+                    code: &code,
+                    credential: Some(cred.to_bytes()),
+                    requester: None,
+                    local_name: None,
+                    limits: RequestedLimits::default(),
+                };
+                let id = sb.load(now(0), &spec).unwrap();
+                sb.unload(id);
+            })
+        });
+    }
+
+    // The parts of a cold load, separately.
+    let mut g = c.benchmark_group("cold_parts");
+    let mut verifier = anode_cred::Verifier::new(issuer.public_key(), anode_cred::VerifierConfig::default());
+    let mut k = 0u64;
+    g.bench_function("credential_decision", |b| {
         b.iter(|| {
-            n += 1;
-            let code = unique(&ping, n, 2048);
-            let spec = LoadSpec {
-                code: &code,
+            k += 1;
+            let info = anode_cred::CodeInfo { hash: ModuleHash::of(&k.to_le_bytes()), signed: None };
+            let req = anode_cred::LoadRequest {
                 credential: Some(cred.to_bytes()),
                 requester: None,
+                code: &info,
                 local_name: None,
+                interfaces: anode_cred::InterfaceSet::ALL,
                 limits: RequestedLimits::default(),
             };
-            let id = sb.load(now(0), &spec).unwrap();
-            sb.unload(id);
+            black_box(verifier.authorize(now(0).wall, &req).unwrap());
         })
     });
+    let engine = sb.engine().clone();
+    g.bench_function("compile", |b| {
+        b.iter(|| {
+            k += 1;
+            let code = unique(&ping, k, 2048);
+            black_box(wasmtime::Module::from_binary(&engine, &code).unwrap());
+        })
+    });
+    let tiny = wat::parse_str(r#"(module (func (export "f") (param i32) (result i32) (local.get 0)))"#).unwrap();
+    g.bench_function("compile_tiny", |b| {
+        b.iter(|| {
+            k += 1;
+            let code = unique(&tiny, k, 64);
+            black_box(wasmtime::Module::from_binary(&engine, &code).unwrap());
+        })
+    });
+    g.bench_function("hash_and_inspect", |b| {
+        b.iter(|| {
+            k += 1;
+            let code = unique(&ping, k, 2048);
+            black_box(anode_cred::CodeInfo::inspect(&code).unwrap());
+        })
+    });
+    g.finish();
 
     let spec = LoadSpec {
         code: &counter,

@@ -44,7 +44,7 @@ pub fn module_load(sb: &mut Sandbox, data: &[u8]) {
         credential: Some(cred.to_bytes()),
         requester: None,
         local_name: None,
-        limits: anode_cred::RequestedLimits { memory: Some(1 << 20), cpu: Some(100_000), state: Some(4096) },
+        limits: anode_cred::RequestedLimits { memory: Some(4 << 20), cpu: Some(100_000), state: Some(4096) },
     };
     let mut out = Vec::new();
     if let Ok(id) = sb.load(now(), &spec) {

@@ -37,7 +37,7 @@ pub use cache::{CacheStats, Import};
 pub use host::HostLimits;
 pub use sandbox::{
     CapsuleError, CapsuleOutcome, CpuBound, InvokeError, LoadError, LoadSpec, ModuleCounters, ModuleInfo, ModuleKind,
-    Sandbox, SandboxConfig, SandboxCounters,
+    Sandbox, SandboxConfig, SandboxCounters, SetupError,
 };
 
 /// Most entries one module may register.

@@ -52,9 +52,15 @@ fn capsule_parse_and_credential_entry_points() {
     let code = module("ping");
     let cred = anode_cred::fuzzing::issuer().admin(PrincipalId([1; 32]), None).unwrap();
     let mut bytes = Vec::new();
-    Capsule { entry: "ping", credential: cred.to_bytes(), data: b"data", code: Some(&code), hash: ModuleHash::of(&code) }
-        .encode(&mut bytes)
-        .unwrap();
+    Capsule {
+        entry: "ping",
+        credential: cred.to_bytes(),
+        data: b"data",
+        code: Some(&code),
+        hash: ModuleHash::of(&code),
+    }
+    .encode(&mut bytes)
+    .unwrap();
     for m in mutations(&bytes, 300) {
         fuzzing::capsule_parse(&m);
     }
