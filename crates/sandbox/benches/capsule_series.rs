@@ -47,7 +47,9 @@ fn main() {
     let routes = Arc::new(StaticRoutes { this: Ipv4Addr::new(10, 0, 0, 1), table: HashMap::new() });
     let from = Ipv4Addr::new(10, 0, 0, 2);
     for distinct in [false, true] {
-        let mut sb = Sandbox::new(issuer.public_key(), SandboxConfig::default(), routes.clone()).unwrap();
+        let cache_mb: usize = std::env::var("ANODE_SERIES_CACHE_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
+        let cfg = SandboxConfig { cache_bytes: cache_mb << 20, ..SandboxConfig::default() };
+        let mut sb = Sandbox::new(issuer.public_key(), cfg, routes.clone()).unwrap();
         let same = variant(0);
         let mut out = Vec::new();
         let mut bytes = Vec::new();

@@ -431,6 +431,12 @@ impl Sandbox {
             }
         }
         c.max_wasm_stack(256 * 1024);
+        // No .eh_frame for JIT code: libgcc registers and deregisters unwind info
+        // in a linked list, so with it on every module load or eviction cost grew
+        // with the number of cached modules (measured: 1.7 -> 3.2 ms per cold
+        // capsule over 10,000), the paper's symbol-table problem again. Wasm
+        // backtraces on traps do not need it.
+        c.native_unwind_info(false);
         if !cfg.optimize {
             c.cranelift_opt_level(wasmtime::OptLevel::None);
         }
