@@ -25,6 +25,7 @@ pub mod fuzzing;
 pub mod handles;
 pub mod host;
 pub mod marshal;
+pub mod ping;
 mod sandbox;
 pub mod state;
 

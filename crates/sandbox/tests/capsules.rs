@@ -268,3 +268,16 @@ fn r_id(sb: &Sandbox) -> Option<anode_sandbox::ModuleId> {
     // The most recent capsule instance is the highest id.
     (1..10_000).rev().map(anode_sandbox::ModuleId).find(|id| sb.module(*id).is_some())
 }
+
+#[test]
+fn ping_helpers_match_the_module() {
+    let code = module("ping");
+    let cred = ping_cred(&code);
+    let mut nodes = line(2);
+    let mut first = Vec::new();
+    anode_sandbox::ping::capsule(&code, &cred, addr(1), addr(2), 100, 9000, false, &mut first).unwrap();
+    let (delivered, _) = run_line(&mut nodes, vec![(1, 1, first)], 103);
+    let [(1, 9000, payload)] = &delivered[..] else { panic!("{delivered:?}") };
+    assert_eq!(anode_sandbox::ping::parse_reply(payload), Some((addr(2), 3)));
+    assert_eq!(anode_sandbox::ping::parse_reply(b"short"), None);
+}

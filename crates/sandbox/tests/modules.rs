@@ -472,3 +472,10 @@ fn principals_have_separate_stores_and_state() {
     assert_eq!(sb.invoke(now(1), b, "incr", b"k", &mut out), Ok(1), "b sees none of a's state");
     assert_eq!(sb.cache_stats().inserts, 1, "compiled once, instantiated twice");
 }
+
+#[test]
+fn sandbox_can_move_to_the_daemon_thread() {
+    fn send<T: Send>() {}
+    send::<Sandbox>();
+    send::<anode_sandbox::Action>();
+}
