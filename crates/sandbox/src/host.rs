@@ -253,6 +253,22 @@ pub(crate) fn linker_for(engine: &Engine, granted: InterfaceSet) -> wasmtime::Re
 /// Name of the always-present core import module.
 pub const CORE_MODULE: &str = "anode";
 
+/// Every host function, by import module: what a module may import at all.
+pub const FUNCTIONS: &[(&str, &[&str])] = &[
+    (CORE_MODULE, &["register", "input_read"]),
+    ("log", &["write"]),
+    ("route", &["this_host", "next_hop"]),
+    ("net", &["send", "deliver_local", "source", "forward_capsule", "open_channel", "close_channel"]),
+    ("time", &["now_ms", "set_alarm", "cancel_alarm"]),
+    ("state", &["put", "get", "remove"]),
+    ("marshal", &["encode", "field", "count"]),
+];
+
+/// Whether `module.name` is a host function.
+pub fn is_host_function(module: &str, name: &str) -> bool {
+    FUNCTIONS.iter().any(|(m, fs)| *m == module && fs.contains(&name))
+}
+
 fn define_core(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
     // register(name_ptr, name_len, table_index) -> 0 | error
     l.func_wrap(CORE_MODULE, "register", |mut c: C<'_>, np: i32, nl: i32, idx: i32| -> i32 {

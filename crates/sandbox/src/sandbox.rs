@@ -119,6 +119,12 @@ pub enum LoadError {
         /// The missing right, or `None` if no interface provides it.
         right: Option<Interface>,
     },
+    /// The module imports a function its interface does not have.
+    #[error("unknown import {import:?}: no such host function")]
+    UnknownImport {
+        /// `module.field`.
+        import: String,
+    },
     /// The module's memory or tables exceed the principal's memory limit.
     #[error("module needs more memory than the principal's {cap}-byte limit")]
     MemoryLimit {
@@ -145,6 +151,7 @@ impl LoadError {
             LoadError::BadSignature(_) => "bad_signature",
             LoadError::Denied(e) => e.label(),
             LoadError::ForbiddenImport { .. } => "forbidden_import",
+            LoadError::UnknownImport { .. } => "unknown_import",
             LoadError::MemoryLimit { .. } => "memory_limit",
             LoadError::Instantiate(_) => "instantiate",
             LoadError::InitFailed(_) => "init_failed",
@@ -658,9 +665,15 @@ impl Sandbox {
     }
 
     /// Loads a module (from disk via the config, or from an authenticated
-    /// control message). Authorization is decided here, once.
+    /// control message). Authorization is decided here, once. Actions of its
+    /// `anode_init` (e.g. log lines) are discarded; see [`Sandbox::load_with`].
     pub fn load(&mut self, now: Now, spec: &LoadSpec<'_>) -> Result<ModuleId, LoadError> {
-        let r = self.load_inner(now, spec);
+        self.load_with(now, spec, &mut Vec::new())
+    }
+
+    /// [`Sandbox::load`], appending the actions of `anode_init` to `out`.
+    pub fn load_with(&mut self, now: Now, spec: &LoadSpec<'_>, out: &mut Vec<Action>) -> Result<ModuleId, LoadError> {
+        let r = self.load_inner(now, spec, out);
         match &r {
             Ok(id) => {
                 self.counters.loads += 1;
@@ -674,7 +687,7 @@ impl Sandbox {
         r
     }
 
-    fn load_inner(&mut self, now: Now, spec: &LoadSpec<'_>) -> Result<ModuleId, LoadError> {
+    fn load_inner(&mut self, now: Now, spec: &LoadSpec<'_>, out: &mut Vec<Action>) -> Result<ModuleId, LoadError> {
         if spec.code.len() > self.cfg.max_module {
             return Err(LoadError::TooLarge { size: spec.code.len(), max: self.cfg.max_module });
         }
@@ -691,7 +704,7 @@ impl Sandbox {
         if live >= max {
             return Err(LoadError::TooManyModules(live));
         }
-        let id = self.instantiate(now, principal, &grant, &pre, ModuleKind::Module, &ins)?;
+        let id = self.instantiate(now, principal, &grant, &pre, ModuleKind::Module, &ins, out)?;
         for n in &grant.names {
             if let Some(old) = self.names.insert(n.clone(), id) {
                 debug!(name = %n, old = %old, new = %id, "module name rebound");
@@ -700,6 +713,7 @@ impl Sandbox {
         Ok(id)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn instantiate(
         &mut self,
         now: Now,
@@ -708,6 +722,7 @@ impl Sandbox {
         pre: &InstancePre<TenantState>,
         kind: ModuleKind,
         ins: &Inspected,
+        actions: &mut Vec<Action>,
     ) -> Result<ModuleId, LoadError> {
         let id = ModuleId(self.next_id);
         self.next_id = self.next_id.wrapping_add(1).max(1);
@@ -771,7 +786,7 @@ impl Sandbox {
         let d = store.data_mut();
         let regs = std::mem::take(&mut d.call.registrations);
         let ops = std::mem::take(&mut d.ops);
-        let out = std::mem::take(&mut d.call.out);
+        actions.append(&mut d.call.out);
         drop_call(store);
         space.live += 1;
         let mut entries = HashMap::new();
@@ -792,8 +807,6 @@ impl Sandbox {
             },
         );
         self.apply_ops(ops);
-        // Actions of init (e.g. log lines) are not delivered: init has no caller to return them to.
-        drop(out);
         Ok(id)
     }
 
@@ -1160,7 +1173,7 @@ impl Sandbox {
             None => {
                 self.maybe_recycle_capsules(principal);
                 let pre = self.pre_for(&code, &ins, grant.interfaces)?;
-                let id = self.instantiate(now, principal, &grant, &pre, ModuleKind::Capsule, &ins)?;
+                let id = self.instantiate(now, principal, &grant, &pre, ModuleKind::Capsule, &ins, out)?;
                 if let Some(t) = self.tenants.get_mut(&principal) {
                     t.capsule_insts.insert(c.hash, id);
                 }
@@ -1220,6 +1233,9 @@ fn scan_imports(code: &[u8]) -> Result<(Vec<Import>, InterfaceSet), LoadError> {
                         }
                     }
                 };
+                if !host::is_host_function(imp.module, imp.name) {
+                    return Err(LoadError::UnknownImport { import: format!("{}.{}", imp.module, imp.name) });
+                }
                 if let Some(i) = interface {
                     set.insert(i);
                 }

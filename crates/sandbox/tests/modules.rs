@@ -99,6 +99,14 @@ fn import_from_no_host_interface_is_refused() {
     let e = sb.load(now(0), &spec(&code, Some(c.to_bytes()))).unwrap_err();
     assert_eq!(e, LoadError::ForbiddenImport { import: "wasi_snapshot_preview1.fd_write".into(), right: None });
     assert_no_effect(&sb, &code);
+    // A function the interface does not have.
+    let code = wat(r#"(module (import "net" "raw_socket" (func)))"#);
+    let e = sb.load(now(0), &spec(&code, Some(c.to_bytes()))).unwrap_err();
+    assert_eq!(e, LoadError::UnknownImport { import: "net.raw_socket".into() });
+    let code = wat(r#"(module (import "anode" "kill" (func)))"#);
+    let e = sb.load(now(0), &spec(&code, Some(c.to_bytes()))).unwrap_err();
+    assert_eq!(e, LoadError::UnknownImport { import: "anode.kill".into() });
+    assert_no_effect(&sb, &code);
     // A granted interface imported with the wrong signature fails instantiation.
     let code = wat(r#"(module (import "log" "write" (func (param i64))))"#);
     let e = sb.load(now(0), &spec(&code, Some(c.to_bytes()))).unwrap_err();
@@ -430,6 +438,20 @@ fn unload_frees_names_channels_and_memory() {
     sb.handle_timeout(now(100), &mut out);
     assert!(out.is_empty());
     assert_eq!(sb.invoke(now(1), id, "tick", b"", &mut out), Err(InvokeError::NoSuchModule));
+}
+
+#[test]
+fn init_actions_are_returned_by_load_with() {
+    let mut sb = sandbox();
+    let code = wat(r#"(module
+            (import "log" "write" (func $log (param i32 i32) (result i32)))
+            (memory (export "memory") 1)
+            (data (i32.const 0) "started")
+            (func (export "anode_init") (drop (call $log (i32.const 0) (i32.const 7)))))"#);
+    let c = admin(user());
+    let mut out = Vec::new();
+    let id = sb.load_with(now(0), &spec(&code, Some(c.to_bytes())), &mut out).unwrap();
+    assert!(matches!(&out[..], [Action::Log { module, text, .. }] if *module == id && text == "started"), "{out:?}");
 }
 
 #[test]
