@@ -32,7 +32,7 @@ use biscuit_auth::builder::{Algorithm, BlockBuilder, Check, Op, Term};
 use biscuit_auth::error::{FailedCheck, Format, Logic, Token};
 use biscuit_auth::{AuthorizerBuilder, AuthorizerLimits, Biscuit, KeyPair, PublicKey};
 use sha2::{Digest, Sha256};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::interface::{Interface, InterfaceSet};
 use crate::naming::{CodeInfo, MAX_NAME, ModuleHash, ModuleName, PrincipalId, valid_ident};
@@ -419,7 +419,7 @@ pub struct Grant {
 pub struct AuthCounters {
     /// Allowed decisions (including decision-cache hits).
     pub allowed: u64,
-    /// Decisions served from the decision cache.
+    /// Decisions (allowed or denied) served from the decision cache.
     pub cache_hits: u64,
     /// Denials by [`CredError::label`].
     pub denied: HashMap<&'static str, u64>,
@@ -462,7 +462,7 @@ impl Default for VerifierConfig {
 pub struct Verifier {
     root: PublicKey,
     cfg: VerifierConfig,
-    cache: HashMap<[u8; 32], (Grant, SystemTime)>,
+    cache: HashMap<[u8; 32], (Result<Grant, CredError>, SystemTime)>,
     counters: AuthCounters,
 }
 
@@ -483,36 +483,50 @@ impl Verifier {
     }
 
     /// Decides a load request at time `now`. Logs and counts the decision.
+    ///
+    /// Decisions are cached by request (see the module docs): a positive one
+    /// until the earlier of `decision_ttl` and the earliest date any check of
+    /// the token mentions, a negative one for `decision_ttl`, so a flood of
+    /// capsules with a refused credential costs one verification per second,
+    /// and one `warn` line, not one per capsule.
     pub fn authorize(&mut self, now: SystemTime, req: &LoadRequest<'_>) -> Result<Grant, CredError> {
         let key = cache_key(req);
-        if let Some((g, until)) = self.cache.get(&key)
+        if let Some((r, until)) = self.cache.get(&key)
             && now < *until
         {
-            let g = g.clone();
-            self.counters.allowed += 1;
+            let r = r.clone();
             self.counters.cache_hits += 1;
-            return Ok(g);
+            match &r {
+                Ok(_) => self.counters.allowed += 1,
+                Err(e) => {
+                    *self.counters.denied.entry(e.label()).or_default() += 1;
+                    debug!(module = %req.code.hash, reason = %e, "module load denied (cached decision)");
+                }
+            }
+            return r;
         }
         let r = self.decide(now, req);
-        match &r {
+        let (cached, until) = match &r {
             Ok((g, until)) => {
                 self.counters.allowed += 1;
                 info!(principal = %g.principal, module = %req.code.hash, admin = g.admin,
                     interfaces = %g.interfaces, "module load allowed");
-                if self.cache.len() >= self.cfg.decision_cache {
-                    self.cache.retain(|_, (_, u)| *u > now);
-                    if self.cache.len() >= self.cfg.decision_cache {
-                        self.cache.clear();
-                    }
-                }
-                if *until > now {
-                    self.cache.insert(key, (g.clone(), *until));
-                }
+                (Ok(g.clone()), *until)
             }
             Err(e) => {
                 *self.counters.denied.entry(e.label()).or_default() += 1;
                 warn!(module = %req.code.hash, reason = %e, "module load denied");
+                (Err(e.clone()), now + self.cfg.decision_ttl)
             }
+        };
+        if until > now {
+            if self.cache.len() >= self.cfg.decision_cache {
+                self.cache.retain(|_, (_, u)| *u > now);
+                if self.cache.len() >= self.cfg.decision_cache {
+                    self.cache.clear();
+                }
+            }
+            self.cache.insert(key, (cached, until));
         }
         r.map(|(g, _)| g)
     }

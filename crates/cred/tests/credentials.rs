@@ -245,3 +245,18 @@ fn fuzz_entry_point_accepts_real_tokens() {
     anode_cred::fuzzing::credential(b"garbage");
     anode_cred::fuzzing::credential(EMPTY_WASM);
 }
+
+#[test]
+fn denials_are_cached_for_the_ttl_and_counted() {
+    let (_, mut v) = setup();
+    let other = Issuer::from_secret(&[2; 32]).unwrap().admin(user(), None).unwrap();
+    let code = code();
+    for _ in 0..5 {
+        assert_eq!(v.authorize(t(0), &req(other.to_bytes(), &code)).unwrap_err(), CredError::WrongIssuer);
+    }
+    assert_eq!(v.counters().denied.get("wrong_issuer"), Some(&5));
+    assert_eq!(v.counters().cache_hits, 4);
+    // After the TTL the credential is verified again.
+    assert_eq!(v.authorize(t(2), &req(other.to_bytes(), &code)).unwrap_err(), CredError::WrongIssuer);
+    assert_eq!(v.counters().cache_hits, 4);
+}
