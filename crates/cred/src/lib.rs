@@ -1,0 +1,26 @@
+//! Credentials and naming for switchlets (SANE §4.3, §4.8, §4.9).
+//!
+//! - [`naming`]: the three ways to name a module (hash of code; programmer key +
+//!   name + version, with the programmer's Ed25519 signature carried in the
+//!   code; loading principal + name) and version preference lists.
+//! - [`credential`]: Biscuit tokens rooted in the node administrator's key.
+//!   An administrative credential loads anything; an ordinary one names the
+//!   modules, interfaces and limits it allows. Holders attenuate, never widen.
+//!   The [`Verifier`] decides each load once, logs and counts every decision.
+//! - [`interface`]: the Core's host interfaces, each a separately grantable right.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod credential;
+pub mod fuzzing;
+pub mod interface;
+pub mod naming;
+
+pub use biscuit_auth::PublicKey as RootKey;
+pub use credential::{
+    Attenuation, AuthCounters, CredError, Credential, Grant, GrantSpec, Issuer, Limits, LoadRequest, ModuleGrant,
+    RequestedLimits, Verifier, VerifierConfig,
+};
+pub use ed25519_dalek::SigningKey;
+pub use interface::{Interface, InterfaceSet};
+pub use naming::{CodeInfo, ModuleHash, ModuleName, NameError, NameRequest, PrincipalId, SignedName, sign_module};

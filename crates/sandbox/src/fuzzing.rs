@@ -1,0 +1,59 @@
+//! Entry points for the fuzz targets (also run over seeds as tests).
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::capsule::Message;
+use crate::{LoadSpec, Now, Sandbox, SandboxConfig, StaticRoutes};
+
+/// Bytes as a capsule-protocol message: what parses re-encodes to the same bytes.
+pub fn capsule_parse(data: &[u8]) {
+    if let Ok(Message::Capsule(c)) = Message::parse(data) {
+        let mut out = Vec::new();
+        if c.encode(&mut out).is_ok() {
+            assert_eq!(out, data, "capsule re-encoding differs");
+        }
+    }
+}
+
+fn now() -> Now {
+    Now { ms: 1_000, wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000) }
+}
+
+/// A sandbox rooted in the fuzzing administrator key, with small limits.
+pub fn sandbox() -> Sandbox {
+    let cfg = SandboxConfig { max_module: 64 * 1024, ..SandboxConfig::default() };
+    let routes = Arc::new(StaticRoutes { this: Ipv4Addr::new(10, 0, 0, 1), table: Default::default() });
+    match Sandbox::new(anode_cred::fuzzing::issuer().public_key(), cfg, routes) {
+        Ok(s) => s,
+        Err(e) => panic!("sandbox: {e}"),
+    }
+}
+
+/// Bytes as a module loaded under an administrative credential: loading
+/// either succeeds or fails with a typed error; loaded entries are called;
+/// the same bytes as a capsule message never panic.
+pub fn module_load(sb: &mut Sandbox, data: &[u8]) {
+    let cred = match anode_cred::fuzzing::issuer().admin(crate::PrincipalId([1; 32]), None) {
+        Ok(c) => c,
+        Err(e) => panic!("credential: {e}"),
+    };
+    let spec = LoadSpec {
+        code: data,
+        credential: Some(cred.to_bytes()),
+        requester: None,
+        local_name: None,
+        limits: anode_cred::RequestedLimits { memory: Some(4 << 20), cpu: Some(100_000), state: Some(4096) },
+    };
+    let mut out = Vec::new();
+    if let Ok(id) = sb.load(now(), &spec) {
+        if let Some(info) = sb.module(id) {
+            for e in info.entries {
+                let _ = sb.invoke(now(), id, &e, b"fuzz", &mut out);
+            }
+        }
+        sb.unload(id);
+    }
+    let _ = sb.handle_capsule(now(), Ipv4Addr::new(10, 0, 0, 2), data, &mut out);
+}

@@ -1,0 +1,558 @@
+//! The Core: host interfaces as wasm imports, and thinned linkers.
+//!
+//! Each interface is a wasm import module (`log`, `route`, `net`, `time`,
+//! `state`, `marshal`). [`linker_for`] defines exactly the interfaces a grant
+//! allows, plus the always-present `anode` module (entry registration and
+//! input). Host functions return `i32`/`i64` status codes: `>= 0` success,
+//! [`E_INVAL`] bad argument or out-of-bounds pointer, [`E_SMALL`] output
+//! buffer too small, [`E_LIMIT`] a limit was reached, [`E_NOTFOUND`] no such
+//! object or key, [`E_CONTEXT`] not available in this invocation.
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex};
+
+use anode_cred::{Interface, InterfaceSet, ModuleHash, PrincipalId};
+use wasmtime::{Caller, Engine, Extern, Linker, Memory, ResourceLimiter, TypedFunc};
+
+/// A registered entry function: `(arg, input_len) -> status`.
+pub(crate) type Entry = TypedFunc<(i32, i32), i32>;
+
+use crate::capsule::{Capsule, valid_entry};
+use crate::handles::HandleTable;
+use crate::marshal;
+use crate::state::SoftState;
+use crate::{Action, ModuleId, Routes};
+
+/// Bad argument, or a pointer/length outside the module's memory.
+pub const E_INVAL: i32 = -1;
+/// The output buffer is too small.
+pub const E_SMALL: i32 = -2;
+/// A limit was reached (rate, count, size, memory).
+pub const E_LIMIT: i32 = -3;
+/// No such object or key.
+pub const E_NOTFOUND: i32 = -4;
+/// Not available in this invocation (e.g. forwarding outside a capsule).
+pub const E_CONTEXT: i32 = -5;
+
+/// Host-side limits applied inside host functions.
+#[derive(Debug, Clone, Copy)]
+pub struct HostLimits {
+    /// Log messages per second per module (token bucket refill).
+    pub log_per_sec: u32,
+    /// Log burst per module.
+    pub log_burst: u32,
+    /// Longest log message, bytes (longer ones are cut).
+    pub log_max: usize,
+    /// Packets a single invocation may send.
+    pub sends_per_invocation: u32,
+    /// Largest packet payload a module may send.
+    pub max_payload: usize,
+    /// Channels per principal.
+    pub channels: usize,
+    /// Pending alarms per principal.
+    pub alarms: usize,
+    /// Longest demux prefix.
+    pub max_prefix: usize,
+}
+
+impl Default for HostLimits {
+    fn default() -> Self {
+        HostLimits {
+            log_per_sec: 10,
+            log_burst: 20,
+            log_max: 256,
+            sends_per_invocation: 16,
+            max_payload: 1400,
+            channels: 16,
+            alarms: 64,
+            max_prefix: 16,
+        }
+    }
+}
+
+/// An object a module holds a handle to.
+#[derive(Debug, Clone)]
+pub(crate) enum Obj {
+    Channel { entry: String },
+    Alarm { deadline: u64, entry: String },
+}
+
+/// Changes the sandbox must mirror in its demux and timer indexes.
+#[derive(Debug)]
+pub(crate) enum HostOp {
+    ChannelOpened { module: ModuleId, handle: i32, port: u16, prefix: Vec<u8> },
+    ChannelClosed { handle: i32 },
+    AlarmSet { module: ModuleId, handle: i32, deadline: u64 },
+}
+
+/// The capsule being run, for `net.forward_capsule`.
+#[derive(Debug, Clone)]
+pub(crate) struct CapsuleCtx {
+    pub hash: ModuleHash,
+    pub credential: Arc<[u8]>,
+    pub code: Arc<[u8]>,
+}
+
+/// Per-invocation context.
+#[derive(Default)]
+pub(crate) struct CallCtx {
+    pub module: u32,
+    pub now_ms: u64,
+    pub source: u32,
+    pub input: Vec<u8>,
+    pub out: Vec<Action>,
+    pub sends: u32,
+    pub registrations: Vec<(String, Entry)>,
+    pub capsule: Option<CapsuleCtx>,
+    pub log_dropped: u32,
+}
+
+struct LogBucket {
+    tokens: u32,
+    last_ms: u64,
+}
+
+/// Memory accounting for one store: the sum of its linear memories.
+pub(crate) struct MemLimiter {
+    pub cap: usize,
+    pub used: usize,
+    pub exceeded: bool,
+}
+
+impl ResourceLimiter for MemLimiter {
+    fn memory_growing(&mut self, current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        let grow = desired.saturating_sub(current);
+        if self.used.saturating_add(grow) > self.cap {
+            self.exceeded = true;
+            return Ok(false);
+        }
+        self.used += grow;
+        Ok(true)
+    }
+    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        // Tables are small and fixed in practice; bound them anyway.
+        if desired > 100_000 {
+            self.exceeded = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+    fn instances(&self) -> usize {
+        100_000
+    }
+    fn memories(&self) -> usize {
+        100_000
+    }
+    fn tables(&self) -> usize {
+        100_000
+    }
+}
+
+/// The data of one principal's store.
+pub(crate) struct TenantState {
+    pub principal: PrincipalId,
+    pub limiter: MemLimiter,
+    pub call: CallCtx,
+    pub handles: HandleTable<Obj>,
+    pub state: Arc<Mutex<SoftState>>,
+    pub routes: Arc<dyn Routes>,
+    pub limits: HostLimits,
+    pub ops: Vec<HostOp>,
+    logs: HashMap<u32, LogBucket>,
+}
+
+impl TenantState {
+    pub fn new(
+        principal: PrincipalId,
+        mem_cap: usize,
+        state: Arc<Mutex<SoftState>>,
+        routes: Arc<dyn Routes>,
+        limits: HostLimits,
+    ) -> TenantState {
+        TenantState {
+            principal,
+            limiter: MemLimiter { cap: mem_cap, used: 0, exceeded: false },
+            call: CallCtx::default(),
+            handles: HandleTable::new(limits.channels + limits.alarms),
+            state,
+            routes,
+            limits,
+            ops: Vec::new(),
+            logs: HashMap::new(),
+        }
+    }
+
+    fn count_objs(&self, channel: bool) -> usize {
+        self.handles.iter().filter(|(_, _, o)| matches!(o, Obj::Channel { .. }) == channel).count()
+    }
+}
+
+type C<'a> = Caller<'a, TenantState>;
+
+fn memory(c: &mut C<'_>) -> Option<Memory> {
+    match c.get_export("memory") {
+        Some(Extern::Memory(m)) => Some(m),
+        _ => None,
+    }
+}
+
+/// Copies `len` bytes at `ptr` out of the module's memory (at most `max`).
+fn read(c: &mut C<'_>, ptr: i32, len: i32, max: usize) -> Option<Vec<u8>> {
+    let (ptr, len) = (usize::try_from(ptr).ok()?, usize::try_from(len).ok()?);
+    if len > max {
+        return None;
+    }
+    let m = memory(c)?;
+    let data = m.data(&*c);
+    data.get(ptr..ptr.checked_add(len)?).map(<[u8]>::to_vec)
+}
+
+/// Copies `src` into the module's memory at `ptr` if it fits in `cap`.
+fn write(c: &mut C<'_>, ptr: i32, cap: i32, src: &[u8]) -> i32 {
+    let (Ok(p), Ok(cap)) = (usize::try_from(ptr), usize::try_from(cap)) else { return E_INVAL };
+    if src.len() > cap {
+        return E_SMALL;
+    }
+    let Some(m) = memory(c) else { return E_INVAL };
+    let data = m.data_mut(&mut *c);
+    match p.checked_add(src.len()).and_then(|e| data.get_mut(p..e)) {
+        Some(dst) => {
+            dst.copy_from_slice(src);
+            src.len() as i32
+        }
+        None => E_INVAL,
+    }
+}
+
+fn read_str(c: &mut C<'_>, ptr: i32, len: i32, max: usize) -> Option<String> {
+    String::from_utf8(read(c, ptr, len, max)?).ok()
+}
+
+fn to_addr(a: i32) -> Ipv4Addr {
+    Ipv4Addr::from(a as u32)
+}
+
+/// A linker with exactly the granted interfaces.
+pub(crate) fn linker_for(engine: &Engine, granted: InterfaceSet) -> wasmtime::Result<Linker<TenantState>> {
+    let mut l = Linker::new(engine);
+    define_core(&mut l)?;
+    for i in granted.iter() {
+        match i {
+            Interface::Log => define_log(&mut l)?,
+            Interface::Route => define_route(&mut l)?,
+            Interface::Net => define_net(&mut l)?,
+            Interface::Time => define_time(&mut l)?,
+            Interface::State => define_state(&mut l)?,
+            Interface::Marshal => define_marshal(&mut l)?,
+        }
+    }
+    Ok(l)
+}
+
+/// Name of the always-present core import module.
+pub const CORE_MODULE: &str = "anode";
+
+/// Every host function, by import module: what a module may import at all.
+pub const FUNCTIONS: &[(&str, &[&str])] = &[
+    (CORE_MODULE, &["register", "input_read"]),
+    ("log", &["write"]),
+    ("route", &["this_host", "next_hop"]),
+    ("net", &["send", "deliver_local", "source", "forward_capsule", "open_channel", "close_channel"]),
+    ("time", &["now_ms", "set_alarm", "cancel_alarm"]),
+    ("state", &["put", "get", "remove"]),
+    ("marshal", &["encode", "field", "count"]),
+];
+
+/// Whether `module.name` is a host function.
+pub fn is_host_function(module: &str, name: &str) -> bool {
+    FUNCTIONS.iter().any(|(m, fs)| *m == module && fs.contains(&name))
+}
+
+fn define_core(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
+    // register(name_ptr, name_len, table_index) -> 0 | error
+    l.func_wrap(CORE_MODULE, "register", |mut c: C<'_>, np: i32, nl: i32, idx: i32| -> i32 {
+        let Some(name) = read_str(&mut c, np, nl, crate::capsule::MAX_ENTRY) else { return E_INVAL };
+        if !valid_entry(&name) || idx < 0 {
+            return E_INVAL;
+        }
+        if c.data().call.registrations.len() >= crate::MAX_ENTRIES {
+            return E_LIMIT;
+        }
+        let Some(Extern::Table(t)) = c.get_export("__indirect_function_table") else { return E_CONTEXT };
+        let Some(r) = t.get(&mut c, idx as u64) else { return E_INVAL };
+        let Some(Some(f)) = r.as_func() else { return E_INVAL };
+        let f = *f;
+        let Ok(tf) = f.typed::<(i32, i32), i32>(&c) else { return E_INVAL };
+        c.data_mut().call.registrations.push((name, tf));
+        0
+    })?;
+    // input_read(ptr, cap, offset) -> bytes copied
+    l.func_wrap(CORE_MODULE, "input_read", |mut c: C<'_>, ptr: i32, cap: i32, off: i32| -> i32 {
+        let Ok(off) = usize::try_from(off) else { return E_INVAL };
+        let input = std::mem::take(&mut c.data_mut().call.input);
+        let chunk = input.get(off..).unwrap_or(&[]);
+        let n = chunk.len().min(usize::try_from(cap).unwrap_or(0));
+        let r = write(&mut c, ptr, n as i32, &chunk[..n]);
+        c.data_mut().call.input = input;
+        r
+    })?;
+    Ok(())
+}
+
+fn define_log(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
+    // write(ptr, len) -> 0 logged | E_LIMIT dropped by the rate limit
+    l.func_wrap("log", "write", |mut c: C<'_>, ptr: i32, len: i32| -> i32 {
+        let max = c.data().limits.log_max;
+        let len = len.min(max as i32);
+        let Some(bytes) = read(&mut c, ptr, len, max) else { return E_INVAL };
+        let d = c.data_mut();
+        let (module, now) = (d.call.module, d.call.now_ms);
+        let (per_sec, burst) = (d.limits.log_per_sec, d.limits.log_burst);
+        let b = d.logs.entry(module).or_insert(LogBucket { tokens: burst, last_ms: now });
+        let refill = (now.saturating_sub(b.last_ms) * per_sec as u64 / 1000) as u32;
+        if refill > 0 {
+            b.tokens = (b.tokens + refill).min(burst);
+            b.last_ms = now;
+        }
+        if b.tokens == 0 {
+            d.call.log_dropped += 1;
+            return E_LIMIT;
+        }
+        b.tokens -= 1;
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        d.call.out.push(Action::Log { module: ModuleId(module), principal: d.principal, text });
+        0
+    })?;
+    Ok(())
+}
+
+fn define_route(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
+    l.func_wrap("route", "this_host", |c: C<'_>| -> i32 { u32::from(c.data().routes.this_host()) as i32 })?;
+    // next_hop(dst) -> neighbour address as u32 in an i64 | -1 no route
+    l.func_wrap("route", "next_hop", |c: C<'_>, dst: i32| -> i64 {
+        match c.data().routes.next_hop(to_addr(dst)) {
+            Some(a) => u32::from(a) as i64,
+            None => -1,
+        }
+    })?;
+    Ok(())
+}
+
+fn send_budget(c: &mut C<'_>, len: i32) -> Result<(), i32> {
+    let d = c.data();
+    if len < 0 || len as usize > d.limits.max_payload {
+        return Err(E_INVAL);
+    }
+    if d.call.sends >= d.limits.sends_per_invocation {
+        return Err(E_LIMIT);
+    }
+    Ok(())
+}
+
+fn define_net(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
+    // send(dst, port, ptr, len) -> 0: a packet to dst (routed by the node)
+    l.func_wrap("net", "send", |mut c: C<'_>, dst: i32, port: i32, ptr: i32, len: i32| -> i32 {
+        if let Err(e) = send_budget(&mut c, len) {
+            return e;
+        }
+        let Ok(port) = u16::try_from(port) else { return E_INVAL };
+        let Some(payload) = read(&mut c, ptr, len, usize::MAX) else { return E_INVAL };
+        let d = c.data_mut();
+        d.call.sends += 1;
+        d.call.out.push(Action::SendPacket { dst: to_addr(dst), port, payload });
+        0
+    })?;
+    // deliver_local(port, ptr, len) -> 0: to a local application
+    l.func_wrap("net", "deliver_local", |mut c: C<'_>, port: i32, ptr: i32, len: i32| -> i32 {
+        if let Err(e) = send_budget(&mut c, len) {
+            return e;
+        }
+        let Ok(port) = u16::try_from(port) else { return E_INVAL };
+        let Some(payload) = read(&mut c, ptr, len, usize::MAX) else { return E_INVAL };
+        let d = c.data_mut();
+        d.call.sends += 1;
+        d.call.out.push(Action::DeliverLocal { port, payload });
+        0
+    })?;
+    // source() -> the address the current packet came from (0: none)
+    l.func_wrap("net", "source", |c: C<'_>| -> i32 { c.data().call.source as i32 })?;
+    // forward_capsule(to, entry_ptr, entry_len, data_ptr, data_len, carry_code) -> 0:
+    // the running capsule, with a new entry and data, to neighbour `to`.
+    l.func_wrap(
+        "net",
+        "forward_capsule",
+        |mut c: C<'_>, to: i32, ep: i32, el: i32, dp: i32, dl: i32, carry: i32| -> i32 {
+            if let Err(e) = send_budget(&mut c, 0) {
+                return e;
+            }
+            let Some(cap) = c.data().call.capsule.clone() else { return E_CONTEXT };
+            let Some(entry) = read_str(&mut c, ep, el, crate::capsule::MAX_ENTRY) else { return E_INVAL };
+            let Some(data) = read(&mut c, dp, dl, crate::capsule::MAX_DATA) else { return E_INVAL };
+            let capsule = Capsule {
+                entry: &entry,
+                credential: &cap.credential,
+                data: &data,
+                code: (carry != 0).then_some(&cap.code[..]),
+                hash: cap.hash,
+            };
+            let mut bytes = Vec::new();
+            if capsule.encode(&mut bytes).is_err() {
+                return E_INVAL;
+            }
+            let d = c.data_mut();
+            d.call.sends += 1;
+            d.call.out.push(Action::SendCapsule { to: to_addr(to), bytes });
+            0
+        },
+    )?;
+    // open_channel(port, prefix_ptr, prefix_len, entry_ptr, entry_len) -> handle
+    l.func_wrap("net", "open_channel", |mut c: C<'_>, port: i32, pp: i32, pl: i32, ep: i32, el: i32| -> i32 {
+        let Ok(port) = u16::try_from(port) else { return E_INVAL };
+        let max_prefix = c.data().limits.max_prefix;
+        let Some(prefix) = read(&mut c, pp, pl, max_prefix) else { return E_INVAL };
+        let Some(entry) = read_str(&mut c, ep, el, crate::capsule::MAX_ENTRY) else { return E_INVAL };
+        if !valid_entry(&entry) {
+            return E_INVAL;
+        }
+        let d = c.data_mut();
+        let module = d.call.module;
+        if d.count_objs(true) >= d.limits.channels {
+            return E_LIMIT;
+        }
+        let Some(h) = d.handles.insert(module, Obj::Channel { entry }) else {
+            return E_LIMIT;
+        };
+        d.ops.push(HostOp::ChannelOpened { module: ModuleId(module), handle: h, port, prefix });
+        h
+    })?;
+    l.func_wrap("net", "close_channel", |mut c: C<'_>, h: i32| -> i32 {
+        let d = c.data_mut();
+        let module = d.call.module;
+        match d.handles.get(module, h) {
+            Some(Obj::Channel { .. }) => {
+                d.handles.remove(module, h);
+                d.ops.push(HostOp::ChannelClosed { handle: h });
+                0
+            }
+            _ => E_NOTFOUND,
+        }
+    })?;
+    Ok(())
+}
+
+fn define_time(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
+    l.func_wrap("time", "now_ms", |c: C<'_>| -> i64 { c.data().call.now_ms as i64 })?;
+    // set_alarm(delay_ms, entry_ptr, entry_len) -> handle; the entry is called with the handle
+    l.func_wrap("time", "set_alarm", |mut c: C<'_>, delay: i64, ep: i32, el: i32| -> i32 {
+        let Some(entry) = read_str(&mut c, ep, el, crate::capsule::MAX_ENTRY) else { return E_INVAL };
+        if !valid_entry(&entry) || !(0..=86_400_000).contains(&delay) {
+            return E_INVAL;
+        }
+        let d = c.data_mut();
+        let module = d.call.module;
+        if d.count_objs(false) >= d.limits.alarms {
+            return E_LIMIT;
+        }
+        let deadline = d.call.now_ms + delay as u64;
+        let Some(h) = d.handles.insert(module, Obj::Alarm { deadline, entry }) else { return E_LIMIT };
+        d.ops.push(HostOp::AlarmSet { module: ModuleId(module), handle: h, deadline });
+        h
+    })?;
+    l.func_wrap("time", "cancel_alarm", |mut c: C<'_>, h: i32| -> i32 {
+        let d = c.data_mut();
+        let module = d.call.module;
+        match d.handles.get(module, h) {
+            Some(Obj::Alarm { .. }) => {
+                d.handles.remove(module, h);
+                0
+            }
+            _ => E_NOTFOUND,
+        }
+    })?;
+    Ok(())
+}
+
+fn define_state(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
+    // put(key_ptr, key_len, val_ptr, val_len, ttl_ms) -> 0 | E_LIMIT
+    l.func_wrap("state", "put", |mut c: C<'_>, kp: i32, kl: i32, vp: i32, vl: i32, ttl: i64| -> i32 {
+        let Some(k) = read(&mut c, kp, kl, crate::state::MAX_KEY) else { return E_INVAL };
+        let Some(v) = read(&mut c, vp, vl, crate::state::MAX_VALUE) else { return E_INVAL };
+        let now = c.data().call.now_ms;
+        let expires = if ttl > 0 { Some(now.saturating_add(ttl as u64)) } else { None };
+        let Ok(mut s) = c.data().state.lock() else { return E_CONTEXT };
+        if s.put(now, k, v, expires) { 0 } else { E_LIMIT }
+    })?;
+    // get(key_ptr, key_len, out_ptr, out_cap) -> value length | E_NOTFOUND | E_SMALL
+    l.func_wrap("state", "get", |mut c: C<'_>, kp: i32, kl: i32, op: i32, oc: i32| -> i32 {
+        let Some(k) = read(&mut c, kp, kl, crate::state::MAX_KEY) else { return E_INVAL };
+        let now = c.data().call.now_ms;
+        let v = match c.data().state.lock() {
+            Ok(mut s) => s.get(now, &k).map(<[u8]>::to_vec),
+            Err(_) => return E_CONTEXT,
+        };
+        match v {
+            Some(v) => write(&mut c, op, oc, &v),
+            None => E_NOTFOUND,
+        }
+    })?;
+    l.func_wrap("state", "remove", |mut c: C<'_>, kp: i32, kl: i32| -> i32 {
+        let Some(k) = read(&mut c, kp, kl, crate::state::MAX_KEY) else { return E_INVAL };
+        match c.data().state.lock() {
+            Ok(mut s) => {
+                if s.remove(&k) {
+                    0
+                } else {
+                    E_NOTFOUND
+                }
+            }
+            Err(_) => E_CONTEXT,
+        }
+    })?;
+    Ok(())
+}
+
+fn define_marshal(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
+    // encode(iov_ptr, iov_count, out_ptr, out_cap) -> length; iov = [(ptr u32, len u32)] little-endian
+    l.func_wrap("marshal", "encode", |mut c: C<'_>, iov: i32, n: i32, op: i32, oc: i32| -> i32 {
+        let Ok(n) = usize::try_from(n) else { return E_INVAL };
+        if n > marshal::MAX_FIELDS {
+            return E_LIMIT;
+        }
+        let Some(desc) = read(&mut c, iov, (n * 8) as i32, marshal::MAX_FIELDS * 8) else { return E_INVAL };
+        let mut fields = Vec::with_capacity(n);
+        let mut total = 0usize;
+        for d in desc.chunks_exact(8) {
+            let p = u32::from_le_bytes([d[0], d[1], d[2], d[3]]) as i32;
+            let l = u32::from_le_bytes([d[4], d[5], d[6], d[7]]) as i32;
+            total = total.saturating_add(l.max(0) as usize);
+            if total > marshal::MAX_ENCODED {
+                return E_LIMIT;
+            }
+            let Some(f) = read(&mut c, p, l, marshal::MAX_ENCODED) else { return E_INVAL };
+            fields.push(f);
+        }
+        let mut out = Vec::new();
+        if marshal::encode(fields.iter().map(Vec::as_slice), &mut out).is_err() {
+            return E_LIMIT;
+        }
+        write(&mut c, op, oc, &out)
+    })?;
+    // field(in_ptr, in_len, index, out_ptr, out_cap) -> field length | E_NOTFOUND | E_INVAL malformed
+    l.func_wrap("marshal", "field", |mut c: C<'_>, ip: i32, il: i32, idx: i32, op: i32, oc: i32| -> i32 {
+        let Some(input) = read(&mut c, ip, il, marshal::MAX_ENCODED) else { return E_INVAL };
+        let Ok(fields) = marshal::decode(&input) else { return E_INVAL };
+        let Some(f) = usize::try_from(idx).ok().and_then(|i| fields.get(i)) else { return E_NOTFOUND };
+        let f = f.to_vec();
+        write(&mut c, op, oc, &f)
+    })?;
+    // count(in_ptr, in_len) -> number of fields | E_INVAL malformed
+    l.func_wrap("marshal", "count", |mut c: C<'_>, ip: i32, il: i32| -> i32 {
+        let Some(input) = read(&mut c, ip, il, marshal::MAX_ENCODED) else { return E_INVAL };
+        match marshal::decode(&input) {
+            Ok(f) => f.len() as i32,
+            Err(_) => E_INVAL,
+        }
+    })?;
+    Ok(())
+}

@@ -1,0 +1,129 @@
+//! Switchlets: authorized, thinned, sandboxed WebAssembly modules loaded into
+//! a node at run time (SANE §2, §4.8–4.9; RCANE's Loader/Core/Modules).
+//!
+//! Sans-I/O: every entry point takes its inputs and [`Now`] and appends
+//! [`Action`]s to a caller-owned vector; the node owns sockets, threads and
+//! clocks. See `docs/modules.md`.
+//!
+//! - [`Sandbox::load`]: a module from disk or an authenticated control
+//!   message: size check, hash and programmer signature, import scan,
+//!   credential decision (once), compile (or code-cache hit), instantiate in
+//!   the principal's own store with only the granted host interfaces, run
+//!   `anode_init`, register its names.
+//! - [`Sandbox::invoke`], [`Sandbox::deliver`] (channels),
+//!   [`Sandbox::handle_timeout`] (alarms): call registered entries by name,
+//!   each call under a CPU bound; a trap, out-of-memory or overrun ends that
+//!   call only and is counted against the module.
+//! - [`Sandbox::handle_capsule`]: capsules carrying code or its hash, code
+//!   fetch from the previous hop, and serving cached code to neighbours.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod cache;
+pub mod capsule;
+pub mod fuzzing;
+pub mod handles;
+pub mod host;
+pub mod marshal;
+pub mod ping;
+mod sandbox;
+pub mod state;
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::time::SystemTime;
+
+pub use anode_cred::{self as cred, PrincipalId};
+pub use cache::{CacheStats, Import};
+pub use host::HostLimits;
+pub use sandbox::{
+    CapsuleError, CapsuleOutcome, CpuBound, InvokeError, LoadError, LoadSpec, ModuleCounters, ModuleInfo, ModuleKind,
+    Sandbox, SandboxConfig, SandboxCounters, SetupError,
+};
+
+/// Most entries one module may register.
+pub const MAX_ENTRIES: usize = 32;
+
+/// The time of an event: the node's monotonic milliseconds (alarms, rate
+/// limits, `time.now_ms`) and wall-clock time (credential expiry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    /// Monotonic milliseconds.
+    pub ms: u64,
+    /// Wall-clock time.
+    pub wall: SystemTime,
+}
+
+/// A loaded module (or a cached capsule instance).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ModuleId(pub u32);
+
+impl core::fmt::Display for ModuleId {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "m{}", self.0)
+    }
+}
+
+/// What the node must do on behalf of modules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Send a plain packet to `dst` (the node routes it) on `port`.
+    SendPacket {
+        /// Destination address.
+        dst: Ipv4Addr,
+        /// Destination port.
+        port: u16,
+        /// Payload.
+        payload: Vec<u8>,
+    },
+    /// Send a capsule-protocol message (capsule, code request or code reply)
+    /// to the neighbour `to`.
+    SendCapsule {
+        /// The neighbour.
+        to: Ipv4Addr,
+        /// The encoded message ([`capsule`]).
+        bytes: Vec<u8>,
+    },
+    /// Deliver to a local application bound to `port`.
+    DeliverLocal {
+        /// Local port.
+        port: u16,
+        /// Payload.
+        payload: Vec<u8>,
+    },
+    /// A line for the node's log from a module (already rate-limited).
+    Log {
+        /// The module.
+        module: ModuleId,
+        /// Its principal.
+        principal: PrincipalId,
+        /// The message (lossy UTF-8, at most [`HostLimits::log_max`] bytes).
+        text: String,
+    },
+}
+
+/// Routing answers for the `route` interface; the node implements it.
+pub trait Routes: Send + Sync {
+    /// This node's address.
+    fn this_host(&self) -> Ipv4Addr;
+    /// The neighbour to send to for `dst`, if any (`dst` itself for a neighbour).
+    fn next_hop(&self, dst: Ipv4Addr) -> Option<Ipv4Addr>;
+}
+
+/// A fixed routing table.
+#[derive(Debug, Clone)]
+pub struct StaticRoutes {
+    /// This node's address.
+    pub this: Ipv4Addr,
+    /// Destination to next hop.
+    pub table: HashMap<Ipv4Addr, Ipv4Addr>,
+}
+
+impl Routes for StaticRoutes {
+    fn this_host(&self) -> Ipv4Addr {
+        self.this
+    }
+    fn next_hop(&self, dst: Ipv4Addr) -> Option<Ipv4Addr> {
+        self.table.get(&dst).copied()
+    }
+}
