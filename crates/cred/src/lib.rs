@@ -24,3 +24,9 @@ pub use credential::{
 pub use ed25519_dalek::SigningKey;
 pub use interface::{Interface, InterfaceSet};
 pub use naming::{CodeInfo, ModuleHash, ModuleName, NameError, NameRequest, PrincipalId, SignedName, sign_module};
+
+/// The credential root for an administrator's raw Ed25519 public key (as
+/// in a node config's `[modules] admin_key`).
+pub fn root_key_from_ed25519(bytes: &[u8; 32]) -> Result<RootKey, CredError> {
+    RootKey::from_bytes(bytes, biscuit_auth::builder::Algorithm::Ed25519).map_err(|e| CredError::Build(e.to_string()))
+}

@@ -214,6 +214,30 @@ impl SecurityConfig {
     }
 }
 
+/// The `[modules]` section: the sandbox for switchlets and capsules.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModulesConfig {
+    /// The administrator's Ed25519 public key (hex): the root every module
+    /// credential must be issued from.
+    pub admin_key: String,
+    /// Modules loaded from disk at start.
+    #[serde(default, rename = "load")]
+    pub loads: Vec<ModuleLoad>,
+}
+
+/// One module loaded at start.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModuleLoad {
+    /// The wasm file (relative paths: to the config file).
+    pub file: PathBuf,
+    /// Its credential (Biscuit bytes; relative to the config file).
+    pub credential: PathBuf,
+    /// The loader's name for it.
+    pub name: Option<String>,
+}
+
 /// A node's configuration file.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -235,6 +259,8 @@ pub struct NodeConfig {
     pub routes: RoutesConfig,
     /// Authentication between nodes (off when the section is absent).
     pub security: Option<SecurityConfig>,
+    /// Switchlets and capsules (off when the section is absent).
+    pub modules: Option<ModulesConfig>,
 }
 
 impl NodeConfig {
@@ -278,6 +304,10 @@ impl NodeConfig {
             && !nbrs.contains(&via)
         {
             return Err(ConfigError::ViaNotNeighbor { dest: Ipv4Addr::UNSPECIFIED, via });
+        }
+        if let Some(m) = &self.modules {
+            anode_sec::PublicKey::parse(&m.admin_key)
+                .map_err(|e| ConfigError::BadKey { what: "[modules] admin_key".into(), error: e.to_string() })?;
         }
         if let Some(sec) = self.security.as_ref().filter(|s| s.enabled) {
             if sec.key.is_none() {

@@ -16,6 +16,7 @@ use crate::config::{ConfigError, NodeConfig, Topology};
 use crate::counters::{Counters, Drop};
 use crate::plain::{self, Plain};
 use crate::secure::{self, Guard, SecurityInit};
+use crate::switchlets::Switch;
 use anode_snap::services::ServiceTable;
 use anode_snap::vm::{Action, End, Loc, NodeContext, Vm, VmConfig};
 use core::net::{Ipv4Addr, SocketAddr};
@@ -169,6 +170,9 @@ pub struct Node {
     scratch: Vec<u8>,
     sec: Option<Box<Guard>>,
     now_ms: u64,
+    modules: Option<Box<Switch>>,
+    /// Neighbour endpoint → neighbour address (who sent a datagram).
+    ep_addr: HashMap<SocketAddr, Ipv4Addr>,
 }
 
 impl Node {
@@ -216,6 +220,7 @@ impl Node {
             next_hop.insert(r.dest, r.via);
         }
         let names: Vec<String> = cfg.interfaces.iter().map(|i| i.name.clone()).collect();
+        let ep_addr = link.iter().map(|(a, (_, ep))| (*ep, *a)).collect();
         Ok(Node {
             env: Env {
                 here: cfg.address,
@@ -235,7 +240,103 @@ impl Node {
             scratch: Vec::new(),
             sec,
             now_ms,
+            modules: None,
+            ep_addr,
         })
+    }
+
+    /// Turns on switchlets and capsules with this sandbox (built from the
+    /// `[modules]` section by [`crate::switchlets::sandbox`]).
+    /// `unix_ms_at_zero` is the wall-clock time when `now_ms` was 0
+    /// (credential expiry).
+    pub fn enable_modules(&mut self, sb: anode_sandbox::Sandbox, unix_ms_at_zero: u64) {
+        self.modules = Some(Box::new(Switch { sb, actions: Vec::new(), unix_ms_at_zero }));
+    }
+
+    /// The routing table as the sandbox's `route` interface sees it.
+    pub fn route_table(&self) -> HashMap<Ipv4Addr, Ipv4Addr> {
+        self.env.next_hop.clone()
+    }
+
+    /// The sandbox, when modules are on (to load modules at start).
+    pub fn sandbox_mut(&mut self) -> Option<&mut anode_sandbox::Sandbox> {
+        self.modules.as_mut().map(|m| &mut m.sb)
+    }
+
+    /// The wall-clock time the sandbox sees at `now_ms`.
+    pub fn sandbox_now(&self, now_ms: u64) -> Option<anode_sandbox::Now> {
+        self.modules.as_ref().map(|m| m.now(now_ms))
+    }
+
+    /// The modules section of `anode status` (None when modules are off).
+    pub fn modules_json(&self) -> Option<serde_json::Value> {
+        self.modules.as_ref().map(|m| crate::switchlets::to_json(&m.sb))
+    }
+
+    /// Whether switchlets and capsules are on.
+    pub fn modules_on(&self) -> bool {
+        self.modules.is_some()
+    }
+
+    /// Runs a capsule from a local application here (its first hop).
+    pub fn inject_capsule(&mut self, bytes: &[u8], now_ms: u64, out: &mut Outbox) {
+        self.env.now_ms = now_ms;
+        self.now_ms = now_ms;
+        self.counters.injected += 1;
+        let mark = out.transmits.len();
+        let here = self.env.here;
+        self.capsule(here, bytes, now_ms, out);
+        self.protect(&[], out, mark, now_ms);
+    }
+
+    /// Hands a capsule-protocol message from neighbour `prev` to the
+    /// sandbox and carries out its actions.
+    fn capsule(&mut self, prev: Ipv4Addr, msg: &[u8], now_ms: u64, out: &mut Outbox) {
+        let Some(m) = self.modules.as_mut() else {
+            self.counters.drop(Drop::UnknownType);
+            return;
+        };
+        self.counters.rx_capsule += 1;
+        let now = m.now(now_ms);
+        let mut actions = std::mem::take(&mut m.actions);
+        actions.clear();
+        if m.sb.handle_capsule(now, prev, msg, &mut actions).is_err() {
+            self.counters.drop(Drop::CapsuleRefused);
+        }
+        self.module_actions(&mut actions, out);
+        if let Some(m) = self.modules.as_mut() {
+            m.actions = actions;
+        }
+    }
+
+    /// Carries out what modules asked for.
+    fn module_actions(&mut self, actions: &mut Vec<anode_sandbox::Action>, out: &mut Outbox) {
+        for a in actions.drain(..) {
+            match a {
+                anode_sandbox::Action::SendCapsule { to, bytes } => match self.env.link.get(&to).copied() {
+                    Some((iface, ep)) => {
+                        let mut hdr = [0u8; anep::HEADER_LEN];
+                        anep::write_header(&mut hdr, anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_CAPSULE, bytes.len());
+                        let data = out.push_arena(&[&hdr, &bytes]);
+                        out.transmits.push(Transmit { iface, to: ep, data });
+                    }
+                    None => self.counters.drop(Drop::NoRoute),
+                },
+                anode_sandbox::Action::SendPacket { dst, port, payload } => {
+                    self.send_plain(dst, port, 64, &payload, out);
+                }
+                anode_sandbox::Action::DeliverLocal { port, payload } => {
+                    if listener(&self.ports, &mut self.counters, port) {
+                        let data = out.push_arena(&[&payload]);
+                        out.deliveries.push(Delivery { port, data });
+                    }
+                }
+                anode_sandbox::Action::Log { module, principal, text } => {
+                    use core::fmt::Write;
+                    let _ = writeln!(out.log, "module {module} ({principal:?}): {text}");
+                }
+            }
+        }
     }
 
     /// Whether authentication between nodes is on.
@@ -261,6 +362,21 @@ impl Node {
     /// every tick) and at start. A no-op when security is off.
     pub fn poll(&mut self, now_ms: u64, out: &mut Outbox) {
         self.now_ms = now_ms;
+        self.env.now_ms = now_ms;
+        if let Some(m) = self.modules.as_mut()
+            && m.sb.poll_at().is_some_and(|t| t <= now_ms)
+        {
+            let now = m.now(now_ms);
+            let mut actions = std::mem::take(&mut m.actions);
+            actions.clear();
+            m.sb.handle_timeout(now, &mut actions);
+            let mark = out.transmits.len();
+            self.module_actions(&mut actions, out);
+            self.protect(&[], out, mark, now_ms);
+            if let Some(m) = self.modules.as_mut() {
+                m.actions = actions;
+            }
+        }
         let Some(g) = self.sec.as_mut() else { return };
         let mut outs = std::mem::take(&mut g.outs);
         outs.clear();
@@ -400,7 +516,8 @@ impl Node {
         }
         let mark = out.transmits.len();
         if self.sec.is_none() {
-            self.dispatch(iface, buf, 0, len, out);
+            let prev = from.and_then(|f| self.ep_addr.get(&f).copied());
+            self.dispatch(iface, prev, buf, 0, len, out);
             self.drain_loopback(now_ms, out);
             return;
         }
@@ -431,7 +548,8 @@ impl Node {
                     Ok(o) if o.inner.is_empty() => self.counters.keepalives_rx += 1,
                     Ok(o) => {
                         self.counters.rx_authenticated += 1;
-                        self.dispatch(iface, buf, o.inner.start, o.inner.end, out);
+                        let prev = g.links.endpoint_of(o.peer).and_then(|e| self.ep_addr.get(&e).copied());
+                        self.dispatch(iface, prev, buf, o.inner.start, o.inner.end, out);
                         self.drain_loopback(now_ms, out);
                         self.protect(buf, out, mark, now_ms);
                     }
@@ -466,7 +584,15 @@ impl Node {
 
     /// Handles the ANEP datagram at `buf[base..end]` (the whole received
     /// datagram, or the inner one of a verified protected datagram).
-    fn dispatch(&mut self, iface: usize, buf: &mut [u8], base: usize, end: usize, out: &mut Outbox) {
+    fn dispatch(
+        &mut self,
+        iface: usize,
+        prev: Option<Ipv4Addr>,
+        buf: &mut [u8],
+        base: usize,
+        end: usize,
+        out: &mut Outbox,
+    ) {
         let _ = iface;
         let a = match Anep::parse(&buf[base..end]) {
             Ok(a) => a,
@@ -489,6 +615,11 @@ impl Node {
             anep::TYPE_PLAIN => {
                 self.counters.rx_plain += 1;
                 self.plain(buf, base, ps, len, out);
+            }
+            anep::TYPE_CAPSULE if self.modules.is_some() => {
+                let now = self.now_ms;
+                let msg = buf[ps..len].to_vec();
+                self.capsule(prev.unwrap_or(Ipv4Addr::UNSPECIFIED), &msg, now, out);
             }
             anep::TYPE_AUTH | anep::TYPE_ESP | anep::TYPE_HANDSHAKE if self.sec.is_some() => {
                 // Nested in a verified datagram: not something to forward.
@@ -534,24 +665,28 @@ impl Node {
         self.env.now_ms = now_ms;
         self.now_ms = now_ms;
         self.counters.injected += 1;
-        let mut buf = vec![0; anep::HEADER_LEN + plain::HEADER_LEN + payload.len()];
-        anep::write_header(&mut buf, anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_PLAIN, plain::HEADER_LEN + payload.len());
-        Plain { dst, src: self.env.here, ttl, port }.emit(&mut buf[anep::HEADER_LEN..]);
-        buf[anep::HEADER_LEN + plain::HEADER_LEN..].copy_from_slice(payload);
-        let len = buf.len();
+        let mark = out.transmits.len();
+        self.send_plain(dst, port, ttl, payload, out);
+        self.protect(&[], out, mark, now_ms);
+    }
+
+    /// Builds a plain packet from this node and routes it (or delivers it
+    /// here). The caller protects the transmission.
+    fn send_plain(&mut self, dst: Ipv4Addr, port: u16, ttl: u8, payload: &[u8], out: &mut Outbox) {
+        let mut hdr = [0u8; anep::HEADER_LEN + plain::HEADER_LEN];
+        anep::write_header(&mut hdr, anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_PLAIN, plain::HEADER_LEN + payload.len());
+        Plain { dst, src: self.env.here, ttl, port }.emit(&mut hdr[anep::HEADER_LEN..]);
         if dst == self.env.here {
             if listener(&self.ports, &mut self.counters, port) {
-                let data = out.push_arena(&[&buf[anep::HEADER_LEN + plain::HEADER_LEN..]]);
+                let data = out.push_arena(&[payload]);
                 out.deliveries.push(Delivery { port, data });
             }
             return;
         }
         match self.env.route(dst) {
             Some((iface, to)) => {
-                let mark = out.transmits.len();
-                let d = out.push_arena(&[&buf[..len]]);
+                let d = out.push_arena(&[&hdr, payload]);
                 self.transmit(out, iface, to, d);
-                self.protect(&[], out, mark, now_ms);
             }
             None => self.counters.drop(Drop::NoRoute),
         }

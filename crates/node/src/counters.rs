@@ -47,6 +47,7 @@ drops! {
     HandshakeStale  "handshake_stale"   "A handshake whose timestamp is too far from this node's clock.";
     HandshakeFailed "handshake_failed"  "A handshake that failed to decrypt or verify (tampering, or a wrong key in a config).";
     HandshakeUnexpected "handshake_unexpected" "A handshake response for no handshake in progress.";
+    CapsuleRefused  "capsule_refused"   "A capsule (or code request/reply) the sandbox refused: see `modules.capsule_refused` for the reason.";
 }
 
 /// Number of drop reasons.
@@ -105,6 +106,8 @@ pub struct Counters {
     pub keepalives_tx: u64,
     /// Keepalives received.
     pub keepalives_rx: u64,
+    /// Capsule-protocol datagrams received (capsules, code requests, code replies).
+    pub rx_capsule: u64,
     /// VM faults by kind, indexed like [`FAULT_KINDS`].
     pub vm_faults: Vec<u64>,
 }
@@ -130,6 +133,7 @@ impl Counters {
             sa_established: 0,
             keepalives_tx: 0,
             keepalives_rx: 0,
+            rx_capsule: 0,
             vm_faults: vec![0; FAULT_KINDS.len()],
         }
     }
@@ -149,7 +153,7 @@ impl Counters {
         self.drops.iter().sum()
     }
 
-    fn types(&self) -> [(&'static str, u64); 15] {
+    fn types(&self) -> [(&'static str, u64); 16] {
         [
             ("rx_snap", self.rx_snap),
             ("rx_plain", self.rx_plain),
@@ -166,6 +170,7 @@ impl Counters {
             ("sa_established", self.sa_established),
             ("keepalives_tx", self.keepalives_tx),
             ("keepalives_rx", self.keepalives_rx),
+            ("rx_capsule", self.rx_capsule),
         ]
     }
 

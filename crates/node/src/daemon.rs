@@ -90,6 +90,14 @@ const TOKEN_CONN: u64 = 1 << 33;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DaemonError {
+    /// A module listed in `[modules]` was refused.
+    #[error("module {}: {reason}", file.display())]
+    Module {
+        /// The module file.
+        file: PathBuf,
+        /// Why it was refused.
+        reason: String,
+    },
     /// The node's secret key file is unusable.
     #[error("security: {0}")]
     Key(#[from] anode_sec::KeyError),
@@ -185,6 +193,16 @@ pub fn load_config(path: &Path) -> Result<LoadedConfig, DaemonError> {
         && rd.is_relative()
     {
         config.run_dir = Some(base.join(rd));
+    }
+    if let Some(m) = config.modules.as_mut() {
+        for l in &mut m.loads {
+            if l.file.is_relative() {
+                l.file = base.join(&l.file);
+            }
+            if l.credential.is_relative() {
+                l.credential = base.join(&l.credential);
+            }
+        }
     }
     if let Some(sec) = config.security.as_mut()
         && let Some(k) = &sec.key
@@ -418,8 +436,38 @@ impl Daemon {
             }
             None => None,
         };
-        let node = Node::with_security(cfg, topology, sec, 0)
+        let unix_ms_at_zero = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let mut node = Node::with_security(cfg, topology, sec, 0)
             .map_err(|source| DaemonError::Config { file: "<config>".into(), source })?;
+        if let Some(m) = &cfg.modules {
+            let sb = crate::switchlets::sandbox(m, cfg.address, node.route_table())
+                .map_err(|source| DaemonError::Config { file: "<config>".into(), source })?;
+            node.enable_modules(sb, unix_ms_at_zero);
+            for l in &m.loads {
+                let code =
+                    std::fs::read(&l.file).map_err(|source| DaemonError::ReadFile { file: l.file.clone(), source })?;
+                let cred = std::fs::read(&l.credential)
+                    .map_err(|source| DaemonError::ReadFile { file: l.credential.clone(), source })?;
+                let now = node.sandbox_now(0);
+                let (Some(sb), Some(now)) = (node.sandbox_mut(), now) else { continue };
+                let spec = anode_sandbox::LoadSpec {
+                    code: &code,
+                    credential: Some(&cred),
+                    requester: None,
+                    local_name: l.name.as_deref(),
+                    limits: Default::default(),
+                };
+                match sb.load(now, &spec) {
+                    Ok(id) => info!(module = %id, file = %l.file.display(), "module loaded from the config"),
+                    Err(e) => {
+                        return Err(DaemonError::Module { file: l.file.clone(), reason: e.to_string() });
+                    }
+                }
+            }
+        }
         let mut udp = Vec::new();
         let mut listen = Vec::new();
         for i in &cfg.interfaces {
@@ -603,7 +651,8 @@ impl Daemon {
     /// Runs the security layer's timers (handshakes, rekeys, expiry), at
     /// most every 10 ms, and sends what they produce.
     fn poll_security(&mut self, now: Instant) {
-        if !self.node.security_on() || self.last_poll.is_some_and(|t| now.duration_since(t) < Duration::from_millis(10))
+        if !(self.node.security_on() || self.node.modules_on())
+            || self.last_poll.is_some_and(|t| now.duration_since(t) < Duration::from_millis(10))
         {
             return;
         }
@@ -709,6 +758,16 @@ impl Daemon {
                         let before = snapshot(&self.node.counters);
                         self.inject_out.clear();
                         self.node.inject_snap(packet, now_ms, &mut self.inject_out);
+                        self.outcome(&before)
+                    }
+                }
+                Ok(Request::Capsule(bytes)) => {
+                    if !self.node.modules_on() {
+                        Err("this node runs no modules (no [modules] section in its config)".to_string())
+                    } else {
+                        let before = snapshot(&self.node.counters);
+                        self.inject_out.clear();
+                        self.node.inject_capsule(bytes, now_ms, &mut self.inject_out);
                         self.outcome(&before)
                     }
                 }
@@ -888,6 +947,9 @@ impl Daemon {
         if let Some(o) = v.as_object_mut() {
             if let Some(sec) = self.node.security_json() {
                 o.insert("security".into(), sec);
+            }
+            if let Some(m) = self.node.modules_json() {
+                o.insert("modules".into(), m);
             }
             o.insert("address".into(), json!(self.node.address().to_string()));
             o.insert("uptime_s".into(), json!(self.started.elapsed().as_secs_f64()));

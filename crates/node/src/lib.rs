@@ -27,3 +27,4 @@ pub mod fuzzing;
 pub mod local;
 pub mod plain;
 pub mod secure;
+pub mod switchlets;

@@ -37,6 +37,8 @@ pub enum Request<'a> {
     Unregister(u16),
     /// Execute a SNAP packet here.
     Inject(&'a [u8]),
+    /// Run a capsule here (its first hop).
+    Capsule(&'a [u8]),
     /// Send a plain packet.
     Plain {
         /// Destination.
@@ -108,6 +110,7 @@ impl<'a> Request<'a> {
             0x02 => Ok(Request::Register(port(rest, op)?)),
             0x03 => Ok(Request::Unregister(port(rest, op)?)),
             0x04 => Ok(Request::Inject(rest)),
+            0x06 => Ok(Request::Capsule(rest)),
             0x05 => {
                 let Some((h, payload)) = rest.split_first_chunk::<7>() else {
                     return Err(LocalError::BadLength(op));
@@ -130,6 +133,7 @@ impl<'a> Request<'a> {
             Request::Register(p) => [&[0x02][..], &p.to_be_bytes()].concat(),
             Request::Unregister(p) => [&[0x03][..], &p.to_be_bytes()].concat(),
             Request::Inject(b) => [&[0x04][..], b].concat(),
+            Request::Capsule(b) => [&[0x06][..], b].concat(),
             Request::Plain { dst, port, ttl, payload } => {
                 [&[0x05][..], &dst.octets(), &port.to_be_bytes(), &[*ttl], payload].concat()
             }

@@ -1,0 +1,79 @@
+//! The node's side of switchlets (issue 7): the sandbox from
+//! `anode-sandbox` embedded in the node, capsules as their own ANEP type,
+//! and the sandbox's actions turned into transmissions and deliveries.
+//!
+//! ```text
+//! CAPSULE (0xA003) from neighbour N ──► Sandbox::handle_capsule(now, N) ──► actions
+//! actions: SendCapsule{to} ──► CAPSULE datagram to that neighbour (sealed hop by hop when security is on)
+//!          SendPacket{dst,port} ──► a plain packet, routed
+//!          DeliverLocal{port} ──► the local application
+//!          Log ──► the node's log
+//! ```
+
+use crate::config::{ConfigError, ModulesConfig};
+use anode_sandbox::{Action, Now, Sandbox, SandboxConfig, StaticRoutes};
+use core::net::Ipv4Addr;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// The sandbox and its scratch space.
+pub(crate) struct Switch {
+    pub sb: Sandbox,
+    pub actions: Vec<Action>,
+    pub unix_ms_at_zero: u64,
+}
+
+impl core::fmt::Debug for Switch {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Switch").field("modules", &self.sb.modules().len()).finish_non_exhaustive()
+    }
+}
+
+impl Switch {
+    pub fn now(&self, now_ms: u64) -> Now {
+        Now { ms: now_ms, wall: SystemTime::UNIX_EPOCH + Duration::from_millis(self.unix_ms_at_zero + now_ms) }
+    }
+}
+
+/// Builds the sandbox of a node from its `[modules]` section and routes.
+pub fn sandbox(
+    cfg: &ModulesConfig,
+    here: Ipv4Addr,
+    table: HashMap<Ipv4Addr, Ipv4Addr>,
+) -> Result<Sandbox, ConfigError> {
+    let key = anode_sec::PublicKey::parse(&cfg.admin_key)
+        .map_err(|e| ConfigError::BadKey { what: "[modules] admin_key".into(), error: e.to_string() })?;
+    let root = anode_cred::root_key_from_ed25519(key.as_bytes())
+        .map_err(|e| ConfigError::BadKey { what: "[modules] admin_key".into(), error: e.to_string() })?;
+    let routes = Arc::new(StaticRoutes { this: here, table });
+    Sandbox::new(root, SandboxConfig::default(), routes)
+        .map_err(|e| ConfigError::BadKey { what: "[modules]".into(), error: e.to_string() })
+}
+
+/// The status section for modules.
+pub fn to_json(sb: &Sandbox) -> serde_json::Value {
+    use serde_json::json;
+    let c = sb.counters();
+    let cache = sb.cache_stats();
+    let modules: Vec<_> = sb
+        .modules()
+        .into_iter()
+        .filter_map(|id| sb.module(id).map(|m| (id, m)))
+        .map(|(id, m)| json!({"id": id.to_string(), "info": format!("{m:?}")}))
+        .collect();
+    json!({
+        "modules": modules,
+        "loads": c.loads,
+        "load_refused": c.load_refused,
+        "invocations": c.invocations,
+        "invoke_failed": c.invoke_failed,
+        "capsules_run": c.capsules_run,
+        "capsule_refused": c.capsule_refused,
+        "code_requests_sent": c.code_requests_sent,
+        "code_served": c.code_served,
+        "code_fetched": c.code_fetched,
+        "fetch_timeouts": c.fetch_timeouts,
+        "cache": format!("{cache:?}"),
+    })
+}
