@@ -68,6 +68,26 @@ pub struct PingArgs {
     /// Use the PLAN-compiled ping (SNAP Fig. 2) instead of Fig. 1's.
     #[arg(long)]
     pub compiled: bool,
+    /// Active ping as a capsule (SANE's `saneping`): the ping module's code
+    /// travels with the packet and every hop checks its credential, loads it
+    /// and calls its `ping` entry. Needs switchlets on the nodes
+    /// (`[modules]`).
+    #[arg(long)]
+    pub capsule: bool,
+    /// With --capsule: carry only the code's hash; a node that lacks the code
+    /// fetches it from the previous hop once, verifies and caches it.
+    #[arg(long, requires = "capsule")]
+    pub by_hash: bool,
+    /// With --capsule: the ping module (built by scripts/setup).
+    #[arg(long, default_value = "modules/out/ping.wasm")]
+    pub module: PathBuf,
+    /// With --capsule: the module credential (Biscuit bytes).
+    #[arg(long)]
+    pub credential: Option<PathBuf>,
+    /// With --capsule and no --credential: issue a 10-minute credential for
+    /// this module (route, net, time) with the administrator's key file.
+    #[arg(long)]
+    pub admin_key: Option<PathBuf>,
     #[command(flatten)]
     pub sel: NodeSel,
 }
@@ -412,6 +432,9 @@ impl Stats {
 
 /// `anode ping`.
 pub fn ping(a: PingArgs) -> Result<ExitCode> {
+    if a.capsule {
+        return capsule_ping(a);
+    }
     if a.size < PING_HEADER {
         bail!("-s {}: a ping payload holds at least {PING_HEADER} bytes (sequence number and send time)", a.size);
     }
@@ -463,6 +486,90 @@ pub fn ping(a: PingArgs) -> Result<ExitCode> {
                 out!("{len} bytes from {}: seq={rseq} time={rtt:.3} ms", a.addr);
                 stats.rtts.push(rtt);
             }
+        }
+    }
+    let _ = c.unregister(port);
+    out!("\n{}", stats.summary(a.addr).trim_end());
+    Ok(if stats.rtts.is_empty() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// A credential for the ping module: from --credential, or issued with
+/// --admin-key.
+fn ping_credential(a: &PingArgs, code: &[u8]) -> Result<Vec<u8>> {
+    use anode_cred::{GrantSpec, Interface, InterfaceSet, Issuer, Limits, ModuleGrant, ModuleHash, PrincipalId};
+    if let Some(c) = &a.credential {
+        return std::fs::read(c).with_context(|| format!("reading {}", c.display()));
+    }
+    let Some(k) = &a.admin_key else {
+        bail!("--capsule needs a credential for the module: --credential FILE or --admin-key FILE");
+    };
+    let admin = anode_sec::Identity::load(k)?;
+    let issuer = Issuer::from_secret(&admin.secret_seed()).map_err(|e| anyhow!("{e}"))?;
+    let me = PrincipalId::of(&anode_cred::SigningKey::from_bytes(&admin.secret_seed()));
+    let spec = GrantSpec {
+        modules: vec![ModuleGrant::Hash(ModuleHash::of(code))],
+        interfaces: InterfaceSet::of(&[Interface::Route, Interface::Net, Interface::Time]),
+        limits: Limits { memory: 4 << 20, cpu: 1_000_000, state: 4096 },
+        expires: Some(std::time::SystemTime::now() + Duration::from_secs(600)),
+    };
+    Ok(issuer.issue(me, &spec).map_err(|e| anyhow!("{e}"))?.to_bytes().to_vec())
+}
+
+/// `anode ping --capsule`: one capsule per ping; the reply is the module's
+/// `pong` delivery at the origin. The RTT is measured here.
+fn capsule_ping(a: PingArgs) -> Result<ExitCode> {
+    let interval = secs(a.interval, "-i")?;
+    let wait = secs(a.timeout, "-W")?;
+    let code = std::fs::read(&a.module)
+        .with_context(|| format!("reading the ping module {} (build it with scripts/setup)", a.module.display()))?;
+    let cred = ping_credential(&a, &code)?;
+    let (mut c, here, _mtu) = connect(&a.sel)?;
+    let port = ephemeral_port();
+    c.register(port)?;
+    let mut first = Vec::new();
+    anode_sandbox::ping::capsule(&code, &cred, here, a.addr, 0, port, !a.by_hash, &mut first)
+        .map_err(|e| anyhow!("{e}"))?;
+    let how = if a.by_hash { "code by hash" } else { "code carried" };
+    out!(
+        "CAPSULE PING {} from {here}: {}-byte module ({how}), {}-byte first capsule",
+        a.addr,
+        code.len(),
+        first.len()
+    );
+    let mut stats = Stats::default();
+    for seq in 1..=a.count {
+        let mut caps = Vec::new();
+        anode_sandbox::ping::capsule(&code, &cred, here, a.addr, u64::from(seq), port, !a.by_hash, &mut caps)
+            .map_err(|e| anyhow!("{e}"))?;
+        stats.sent += 1;
+        let t = Instant::now();
+        match c.capsule(&caps) {
+            Ok(()) => {}
+            Err(ClientError::Refused { reason, .. }) => out!("From {here}: seq={seq}: {reason}"),
+            Err(e) => return Err(e.into()),
+        }
+        let deadline = t + if seq == a.count { wait } else { interval.max(wait) };
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Some((p, payload)) = c.recv(left)? else {
+                out!("seq={seq}: no reply");
+                break;
+            };
+            if p != port {
+                continue;
+            }
+            let rtt = ms(t.elapsed());
+            match anode_sandbox::ping::parse_reply(&payload) {
+                Some((target, _)) => {
+                    out!("pong from {target}: seq={seq} time={rtt:.3} ms");
+                    stats.rtts.push(rtt);
+                }
+                None => out!("{} bytes: malformed reply", payload.len()),
+            }
+            break;
+        }
+        if seq < a.count {
+            std::thread::sleep(interval.saturating_sub(t.elapsed()));
         }
     }
     let _ = c.unregister(port);

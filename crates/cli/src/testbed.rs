@@ -128,6 +128,11 @@ pub struct UpArgs {
     /// key pair in DIR/keys/ (kept across runs).
     #[arg(long, default_value = "encrypt", value_parser = ["encrypt", "authenticate", "off"])]
     pub security: String,
+    /// Do not run switchlets and capsules. By default every node gets a
+    /// `[modules]` section rooted in an administrator key, DIR/keys/admin.key
+    /// (`anode ping --capsule --admin-key DIR/keys/admin.key`).
+    #[arg(long)]
+    pub no_modules: bool,
 }
 
 /// Security settings for a plan: the mode, and every node's public key and
@@ -271,7 +276,13 @@ fn argv(parts: &[&str]) -> Vec<String> {
 
 /// Plans a testbed: each node's config and, in netns mode, the namespace
 /// commands. `dir` must be absolute.
-fn plan(t: &Topology, dir: &Path, endpoints: &Endpoints, sec: Option<&PlanSecurity>) -> Result<Plan> {
+fn plan(
+    t: &Topology,
+    dir: &Path,
+    endpoints: &Endpoints,
+    sec: Option<&PlanSecurity>,
+    admin: Option<&anode_sec::PublicKey>,
+) -> Result<Plan> {
     check_topology(t)?;
     let addr = |name: &str| t.address_of(name).ok_or_else(|| anyhow!("unknown node {name:?}"));
     // The endpoint of each link end: (link index, node name) -> socket address.
@@ -323,6 +334,9 @@ fn plan(t: &Topology, dir: &Path, endpoints: &Endpoints, sec: Option<&PlanSecuri
             listens.push((peer.to_owned(), listen));
         }
         let _ = writeln!(cfg, "\n[routes]\ntopology = {}", toml_str(&topo_path));
+        if let Some(k) = admin {
+            let _ = writeln!(cfg, "\n[modules]\nadmin_key = \"{k}\"");
+        }
         if let Some(s) = sec {
             let (_, file) = s.keys.get(&n.name).ok_or_else(|| anyhow!("internal: no key for {:?}", n.name))?;
             let _ = writeln!(cfg, "\n[security]\nkey = {}\nmode = \"{}\"", toml_str(file), s.mode);
@@ -766,8 +780,17 @@ fn up(a: UpArgs) -> Result<ExitCode> {
             Some(PlanSecurity { mode: mode.to_string(), keys })
         }
     };
-    let plan =
-        plan(&topo, &dir, &endpoints, sec.as_ref()).with_context(|| format!("planning {}", a.topology.display()))?;
+    let admin = if a.no_modules {
+        None
+    } else {
+        Some(
+            crate::keys_cmd::load_or_create(&dir.join("keys"), "admin")
+                .with_context(|| format!("administrator key in {}", dir.join("keys").display()))?
+                .public(),
+        )
+    };
+    let plan = plan(&topo, &dir, &endpoints, sec.as_ref(), admin.as_ref())
+        .with_context(|| format!("planning {}", a.topology.display()))?;
     let namespaces: Vec<String> = plan.nodes.iter().filter_map(|n| n.namespace.clone()).collect();
 
     if a.netns && !a.configs_only {
@@ -926,6 +949,15 @@ fn up_summary(topo_path: &Path, dir: &Path, topo: &Topology, plan: &Plan, starte
     outln!(o, "\ntry:");
     outln!(o, "  anode ping {} --run-dir {}", far.address, d0.display());
     outln!(o, "  anode traceroute {} --run-dir {}", far.address, d0.display());
+    if dir.join("keys").join("admin.key").exists() {
+        outln!(
+            o,
+            "  anode ping {} --capsule --admin-key {} --run-dir {}   # active ping, code in the capsule",
+            far.address,
+            dir.join("keys").join("admin.key").display(),
+            d0.display()
+        );
+    }
     outln!(o, "  anode status --run-dir {}", dir.join(&second.name).display());
     if let Some(ns) = &first.namespace {
         outln!(o, "  ip netns exec {ns} ping -c 3 {}      # the same path through kernel routers", far.address);
@@ -1058,7 +1090,7 @@ link = [{ a = "a", b = "b" }, { a = "b", b = "c" }]
     #[test]
     fn loopback_plan_is_symmetric() {
         let t = topo(LINE3);
-        let p = plan(&t, Path::new("/tb"), &Endpoints::Loopback((7000..7004).collect()), None).expect("plan");
+        let p = plan(&t, Path::new("/tb"), &Endpoints::Loopback((7000..7004).collect()), None, None).expect("plan");
         let cfgs: Vec<NodeConfig> = p.nodes.iter().map(|n| NodeConfig::from_toml(&n.config).expect("valid")).collect();
         assert_eq!(cfgs[1].interfaces.len(), 2);
         assert_eq!(cfgs[1].run_dir.as_deref(), Some(Path::new("/tb/b")));
@@ -1075,7 +1107,7 @@ link = [{ a = "a", b = "b" }, { a = "b", b = "c" }]
     #[test]
     fn netns_plan_routes_along_shortest_paths() {
         let t = topo(LINE3);
-        let p = plan(&t, Path::new("/tb"), &Endpoints::Netns(7000), None).expect("plan");
+        let p = plan(&t, Path::new("/tb"), &Endpoints::Netns(7000), None, None).expect("plan");
         let a = NodeConfig::from_toml(&p.nodes[0].config).expect("valid");
         assert_eq!(a.interfaces[0].listen, "172.31.0.1:7000".parse().expect("addr"));
         assert_eq!(a.interfaces[0].neighbors[0].endpoint, "172.31.0.2:7000".parse().expect("addr"));

@@ -218,6 +218,11 @@ impl Client {
         self.expect_ok("INJECT", &Request::Inject(packet))
     }
 
+    /// Has the node run a capsule (its first hop): switchlets must be on.
+    pub fn capsule(&mut self, bytes: &[u8]) -> Result<(), ClientError> {
+        self.expect_ok("CAPSULE", &Request::Capsule(bytes))
+    }
+
     /// Sends a plain (no VM) packet.
     pub fn plain(&mut self, dst: Ipv4Addr, port: u16, ttl: u8, payload: &[u8]) -> Result<(), ClientError> {
         self.expect_ok("PLAIN", &Request::Plain { dst, port, ttl, payload })

@@ -186,6 +186,11 @@ impl Identity {
     pub fn from_seed(seed: &[u8; 32]) -> Identity {
         Identity { signing: SigningKey::from_bytes(seed) }
     }
+    /// The 32-byte secret seed (zeroized when dropped), for libraries that
+    /// take Ed25519 keys in that form (credential issuing).
+    pub fn secret_seed(&self) -> Zeroizing<[u8; 32]> {
+        Zeroizing::new(*self.signing.as_bytes())
+    }
     /// The public key.
     pub fn public(&self) -> PublicKey {
         PublicKey(self.signing.verifying_key().to_bytes())
