@@ -1,0 +1,160 @@
+//! Switchlets with real daemons on loopback: `anode ping --capsule` over an
+//! encrypted testbed, code carried and by hash; and a flood of capsules
+//! whose code is an endless loop, sent at the middle node while SNAP pings
+//! cross it, does not starve SNAP forwarding.
+#![allow(clippy::unwrap_used)]
+
+use serde_json::Value;
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+const ANODE: &str = env!("CARGO_BIN_EXE_anode");
+const LINE3: &str = r#"
+node = [{ name = "a", address = "10.0.0.1" }, { name = "b", address = "10.0.0.2" }, { name = "c", address = "10.0.0.3" }]
+link = [{ a = "a", b = "b" }, { a = "b", b = "c" }]
+"#;
+
+fn modules_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../modules/out")
+}
+
+fn module(name: &str) -> Vec<u8> {
+    let p = modules_dir().join(format!("{name}.wasm"));
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e} (run scripts/setup)", p.display()))
+}
+
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let p = std::env::temp_dir().join(format!("anode-capstest-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Scratch(std::fs::canonicalize(&p).unwrap())
+    }
+    fn tb(&self) -> PathBuf {
+        self.0.join("tb")
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = Command::new(ANODE).args(["testbed", "down", "--dir"]).arg(self.tb()).output();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn up(s: &Scratch, security: &str) {
+    let topo = s.0.join("line3.toml");
+    std::fs::write(&topo, LINE3).unwrap();
+    let o = Command::new(ANODE)
+        .args(["testbed", "up"])
+        .arg(&topo)
+        .args(["--security", security, "--dir"])
+        .arg(s.tb())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+fn status(dir: &Path) -> Value {
+    let o = Command::new(ANODE).args(["status", "--json", "--run-dir"]).arg(dir).output().unwrap();
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn capsule_ping_code_carried_and_by_hash() {
+    let s = Scratch::new("ping");
+    up(&s, "encrypt");
+    let admin = s.tb().join("keys").join("admin.key");
+    // By hash first, while no node has the code: each hop fetches it once.
+    for extra in [&["--by-hash"][..], &[][..]] {
+        let o = Command::new(ANODE)
+            .args(["ping", "10.0.0.3", "--capsule", "-c", "3", "-i", "0.05", "-W", "3", "--module"])
+            .arg(modules_dir().join("ping.wasm"))
+            .arg("--admin-key")
+            .arg(&admin)
+            .args(extra)
+            .arg("--run-dir")
+            .arg(s.tb().join("a"))
+            .output()
+            .unwrap();
+        assert!(text(&o).contains("3 received"), "{extra:?}: {}", text(&o));
+    }
+    let b = status(&s.tb().join("b"));
+    assert!(b["modules"]["capsules_run"].as_u64().unwrap() >= 12, "{}", b["modules"]);
+    assert!(b["modules"]["code_fetched"].as_u64().unwrap() >= 1, "by hash: b fetched the code once");
+    // No credential: refused before anything is sent.
+    let o = Command::new(ANODE)
+        .args(["ping", "10.0.0.3", "--capsule", "-c", "1", "--module"])
+        .arg(modules_dir().join("ping.wasm"))
+        .arg("--run-dir")
+        .arg(s.tb().join("a"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && text(&o).contains("needs a credential"), "{}", text(&o));
+}
+
+#[test]
+fn looping_capsules_do_not_starve_snap_forwarding() {
+    use anode_cred::{GrantSpec, InterfaceSet, Issuer, Limits, ModuleGrant, ModuleHash, PrincipalId};
+    let s = Scratch::new("spin");
+    up(&s, "off");
+    let admin = anode_sec::Identity::load(&s.tb().join("keys").join("admin.key")).unwrap();
+    let spin = module("spin");
+    let issuer = Issuer::from_secret(&admin.secret_seed()).unwrap();
+    let spec = GrantSpec {
+        modules: vec![ModuleGrant::Hash(ModuleHash::of(&spin))],
+        interfaces: InterfaceSet::of(&[]),
+        limits: Limits { memory: 4 << 20, cpu: 200_000, state: 0 },
+        expires: None,
+    };
+    let cred = issuer.issue(PrincipalId([3; 32]), &spec).unwrap();
+    let mut caps = Vec::new();
+    anode_sandbox::capsule::Capsule {
+        entry: "run",
+        credential: cred.to_bytes(),
+        data: b"",
+        code: Some(&spin),
+        hash: ModuleHash::of(&spin),
+    }
+    .encode(&mut caps)
+    .unwrap();
+    let dgram = [&[1u8, 0x80, 0xA0, 0x03, 0, 2][..], &((8 + caps.len()) as u16).to_be_bytes(), &caps].concat();
+    let cfg = std::fs::read_to_string(s.tb().join("b").join("node.toml")).unwrap();
+    let listen = cfg.lines().find_map(|l| l.strip_prefix("listen = \"")).unwrap().trim_end_matches('"').to_string();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flooder = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let mut sent = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for _ in 0..5 {
+                    let _ = sock.send_to(&dgram, &listen);
+                    sent += 1;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            sent
+        })
+    };
+    let o = Command::new(ANODE)
+        .args(["ping", "10.0.0.3", "-c", "20", "-i", "0.05", "-W", "2", "--run-dir"])
+        .arg(s.tb().join("a"))
+        .output()
+        .unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sent = flooder.join().unwrap();
+    assert!(text(&o).contains("20 received"), "{}", text(&o));
+    let b = status(&s.tb().join("b"));
+    let cpu = b["modules"]["capsule_refused"]["cpu_exhausted"].as_u64().unwrap_or(0);
+    assert!(sent > 100 && cpu > 50, "sent {sent}, ended by the CPU bound {cpu}: {}", b["modules"]);
+    assert_eq!(b["drops"]["capsule_refused"].as_u64().unwrap(), b["packets"]["rx_capsule"].as_u64().unwrap());
+}
