@@ -7,6 +7,8 @@
 //! ping module); `ANODE_BENCH_PINGS` pings per case (default 300);
 //! `ANODE_BENCH_QUICK=1` for a smoke run. Results: docs/benchmarks.md.
 
+#![allow(clippy::needless_range_loop)] // rtt[kind][hops] reads best with indices
+
 use anode_cred::{GrantSpec, Interface, InterfaceSet, Issuer, Limits, ModuleGrant, ModuleHash, PrincipalId};
 use anode_node::client::Client;
 use std::fmt::Write as _;

@@ -530,12 +530,7 @@ fn capsule_ping(a: PingArgs) -> Result<ExitCode> {
     anode_sandbox::ping::capsule(&code, &cred, here, a.addr, 0, port, !a.by_hash, &mut first)
         .map_err(|e| anyhow!("{e}"))?;
     let how = if a.by_hash { "code by hash" } else { "code carried" };
-    out!(
-        "CAPSULE PING {} from {here}: {}-byte module ({how}), {}-byte first capsule",
-        a.addr,
-        code.len(),
-        first.len()
-    );
+    out!("CAPSULE PING {} from {here}: {}-byte module ({how}), {}-byte first capsule", a.addr, code.len(), first.len());
     let mut stats = Stats::default();
     for seq in 1..=a.count {
         let mut caps = Vec::new();
