@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 mod apps;
 mod demo;
 mod keys_cmd;
+mod module_cmd;
 mod node_cmd;
 mod plan_cmd;
 mod testbed;
@@ -48,6 +49,9 @@ enum Cmd {
     Recv(apps::RecvArgs),
     /// Multicast a message to a list of hosts in one SNAP packet, limited by its resource bound.
     Multicast(apps::MulticastArgs),
+    /// Load a module into a running node over an authenticated control message.
+    #[command(subcommand)]
+    Module(module_cmd::ModuleCmd),
     /// Node and user identities: generate and show Ed25519 keys.
     #[command(subcommand)]
     Keys(keys_cmd::KeysCmd),
@@ -146,6 +150,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Cmd::Multicast(a) => apps::multicast(a),
         Cmd::Testbed(c) => testbed::run(c),
         Cmd::Keys(c) => keys_cmd::run(c),
+        Cmd::Module(c) => module_cmd::run(c),
         Cmd::Plan(c) => plan_cmd::run(c),
     }
 }

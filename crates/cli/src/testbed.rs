@@ -133,6 +133,10 @@ pub struct UpArgs {
     /// (`anode ping --capsule --admin-key DIR/keys/admin.key`).
     #[arg(long)]
     pub no_modules: bool,
+    /// A user's public key (.pub or .key file) every node accepts over
+    /// Noise XX (for `anode module load`); may be repeated.
+    #[arg(long)]
+    pub user: Vec<PathBuf>,
 }
 
 /// Security settings for a plan: the mode, and every node's public key and
@@ -140,6 +144,7 @@ pub struct UpArgs {
 #[derive(Debug, Clone)]
 struct PlanSecurity {
     mode: String,
+    users: Vec<anode_sec::PublicKey>,
     keys: BTreeMap<String, (anode_sec::PublicKey, PathBuf)>,
 }
 
@@ -340,6 +345,10 @@ fn plan(
         if let Some(s) = sec {
             let (_, file) = s.keys.get(&n.name).ok_or_else(|| anyhow!("internal: no key for {:?}", n.name))?;
             let _ = writeln!(cfg, "\n[security]\nkey = {}\nmode = \"{}\"", toml_str(file), s.mode);
+            if !s.users.is_empty() {
+                let u: Vec<String> = s.users.iter().map(|k| format!("\"{k}\"")).collect();
+                let _ = writeln!(cfg, "users = [{}]", u.join(", "));
+            }
         }
         NodeConfig::from_toml(&cfg)
             .map_err(|e| anyhow!("internal: generated config of {:?} is invalid: {e}", n.name))?;
@@ -777,7 +786,11 @@ fn up(a: UpArgs) -> Result<ExitCode> {
                     .with_context(|| format!("key of node {:?} in {}", n.name, kdir.display()))?;
                 keys.insert(n.name.clone(), (id.public(), kdir.join(format!("{}.key", n.name))));
             }
-            Some(PlanSecurity { mode: mode.to_string(), keys })
+            let mut users = Vec::new();
+            for u in &a.user {
+                users.push(crate::keys_cmd::public_of(u).with_context(|| format!("--user {}", u.display()))?);
+            }
+            Some(PlanSecurity { mode: mode.to_string(), users, keys })
         }
     };
     let admin = if a.no_modules {

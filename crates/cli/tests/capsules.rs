@@ -158,3 +158,71 @@ fn looping_capsules_do_not_starve_snap_forwarding() {
     assert!(sent > 100 && cpu > 50, "sent {sent}, ended by the CPU bound {cpu}: {}", b["modules"]);
     assert_eq!(b["drops"]["capsule_refused"].as_u64().unwrap(), b["packets"]["rx_capsule"].as_u64().unwrap());
 }
+
+#[test]
+fn a_user_loads_a_module_over_an_authenticated_control_message() {
+    use anode_cred::{GrantSpec, Interface, InterfaceSet, Issuer, Limits, ModuleGrant, ModuleHash, PrincipalId};
+    let s = Scratch::new("load");
+    let kd = s.0.join("user");
+    let o = Command::new(ANODE).args(["keys", "gen", "--name", "u", "--out"]).arg(&kd).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let topo = s.0.join("line3.toml");
+    std::fs::write(&topo, LINE3).unwrap();
+    let o = Command::new(ANODE)
+        .args(["testbed", "up"])
+        .arg(&topo)
+        .arg("--user")
+        .arg(kd.join("u.pub"))
+        .arg("--dir")
+        .arg(s.tb())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let user = anode_sec::Identity::load(&kd.join("u.key")).unwrap();
+    let admin = anode_sec::Identity::load(&s.tb().join("keys").join("admin.key")).unwrap();
+    let counter = module("counter");
+    let issue = |code: &[u8], ifaces: &[Interface]| {
+        let spec = GrantSpec {
+            modules: vec![ModuleGrant::Hash(ModuleHash::of(code))],
+            interfaces: InterfaceSet::of(ifaces),
+            limits: Limits { memory: 4 << 20, cpu: 1_000_000, state: 4096 },
+            expires: None,
+        };
+        Issuer::from_secret(&admin.secret_seed())
+            .unwrap()
+            .issue(PrincipalId(*user.public().as_bytes()), &spec)
+            .unwrap()
+            .to_bytes()
+            .to_vec()
+    };
+    let cred = s.0.join("counter.cred");
+    std::fs::write(&cred, issue(&counter, &[Interface::State, Interface::Log, Interface::Net, Interface::Marshal]))
+        .unwrap();
+    let b = s.tb().join("b");
+    let cfg = std::fs::read_to_string(b.join("node.toml")).unwrap();
+    let listen = cfg.lines().find_map(|l| l.strip_prefix("listen = \"")).unwrap().trim_end_matches('"').to_string();
+    let load = |cred: &Path| {
+        Command::new(ANODE)
+            .args(["module", "load"])
+            .arg(modules_dir().join("counter.wasm"))
+            .arg("--credential")
+            .arg(cred)
+            .args(["--name", "counter", "--node", &listen, "--node-key"])
+            .arg(s.tb().join("keys").join("b.pub"))
+            .arg("--key")
+            .arg(kd.join("u.key"))
+            .output()
+            .unwrap()
+    };
+    let o = load(&cred);
+    assert!(o.status.success() && text(&o).contains("loaded"), "{}", text(&o));
+    let st = status(&b);
+    assert_eq!(st["modules"]["loads"].as_u64(), Some(1), "{}", st["modules"]);
+    // A credential that does not grant this module's imports: refused, with
+    // the reason sent back, and nothing loaded.
+    let narrow = s.0.join("narrow.cred");
+    std::fs::write(&narrow, issue(&counter, &[])).unwrap();
+    let o = load(&narrow);
+    assert!(!o.status.success() && text(&o).contains("refused"), "{}", text(&o));
+    assert_eq!(status(&b)["modules"]["loads"].as_u64(), Some(1));
+}

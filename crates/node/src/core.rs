@@ -414,6 +414,7 @@ impl Node {
                     }
                 }
                 anode_sec::Output::Established { peer, rekey } => {
+                    g.learn_endpoint(peer, rx_iface);
                     self.counters.sa_established += 1;
                     out.events.push(g.describe(peer, rekey));
                 }
@@ -546,6 +547,13 @@ impl Node {
                 let enc = a.type_id == anep::TYPE_ESP;
                 match g.links.open(&mut buf[..len], a.payload_start, enc, now_ms) {
                     Ok(o) if o.inner.is_empty() => self.counters.keepalives_rx += 1,
+                    Ok(o) if Node::is_control(buf, &o.inner) => {
+                        self.counters.rx_authenticated += 1;
+                        let from = g.links.key_of(o.peer);
+                        let to = g.links.endpoint_of(o.peer);
+                        self.control(from, to, iface, buf, o.inner.clone(), now_ms, out);
+                        self.protect(buf, out, mark, now_ms);
+                    }
                     Ok(o) => {
                         self.counters.rx_authenticated += 1;
                         let prev = g.links.endpoint_of(o.peer).and_then(|e| self.ep_addr.get(&e).copied());
@@ -565,6 +573,65 @@ impl Node {
             }
             _ => self.counters.drop(Drop::NonNeighbor),
         }
+    }
+
+    /// Whether the verified inner datagram is a control message.
+    fn is_control(buf: &[u8], inner: &core::ops::Range<usize>) -> bool {
+        buf.get(inner.clone()).and_then(|b| Anep::parse(b).ok()).is_some_and(|a| a.type_id == anep::TYPE_CONTROL)
+    }
+
+    /// A control message from an authenticated principal (`from`): today
+    /// one request, loading a module (`docs/modules.md`). The answer goes
+    /// back over the same SA as a control message.
+    #[allow(clippy::too_many_arguments)]
+    fn control(
+        &mut self,
+        from: Option<anode_sec::PublicKey>,
+        to: Option<SocketAddr>,
+        iface: usize,
+        buf: &[u8],
+        inner: core::ops::Range<usize>,
+        now_ms: u64,
+        out: &mut Outbox,
+    ) {
+        let Some(body) = buf.get(inner).and_then(|b| Anep::parse(b).ok().map(|a| &b[a.payload_start..])) else {
+            return;
+        };
+        let reply = match (crate::switchlets::LoadRequest::parse(body), self.modules.as_mut(), from) {
+            (Err(e), _, _) => format!("refused: {e}"),
+            (_, None, _) => "refused: this node runs no modules".to_string(),
+            (_, _, None) => "refused: unknown principal".to_string(),
+            (Ok(req), Some(m), Some(key)) => {
+                let now = m.now(now_ms);
+                let spec = anode_sandbox::LoadSpec {
+                    code: req.code,
+                    credential: Some(req.credential),
+                    requester: Some(anode_sandbox::PrincipalId(*key.as_bytes())),
+                    local_name: req.name,
+                    limits: Default::default(),
+                };
+                let mut actions = std::mem::take(&mut m.actions);
+                actions.clear();
+                let r = m.sb.load_with(now, &spec, &mut actions);
+                let text = match r {
+                    Ok(id) => format!("loaded {id}"),
+                    Err(e) => {
+                        self.counters.drop(Drop::CapsuleRefused);
+                        format!("refused: {e}")
+                    }
+                };
+                self.module_actions(&mut actions, out);
+                if let Some(m) = self.modules.as_mut() {
+                    m.actions = actions;
+                }
+                text
+            }
+        };
+        let Some(to) = to else { return };
+        let mut hdr = [0u8; anep::HEADER_LEN];
+        anep::write_header(&mut hdr, anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_CONTROL, reply.len());
+        let data = out.push_arena(&[&hdr, reply.as_bytes()]);
+        out.transmits.push(Transmit { iface, to, data });
     }
 
     fn outer(&mut self, buf: &[u8], len: usize) -> Option<Anep> {

@@ -329,3 +329,11 @@ pub fn local(data: &[u8]) {
         assert_eq!(Reply::decode(&r.encode()), Ok(r.clone()));
     }
 }
+
+/// Arbitrary bytes as a control message's load request: parse, and a
+/// parsed request re-encodes to the same bytes.
+pub fn control(data: &[u8]) {
+    if let Ok(r) = crate::switchlets::LoadRequest::parse(data) {
+        assert_eq!(r.encode(), data, "a load request re-encodes byte for byte");
+    }
+}

@@ -98,6 +98,17 @@ impl Guard {
         Ok(Guard { links, peer_of_endpoint, addr_of_peer, iface_of_endpoint, outs: Vec::new() })
     }
 
+    /// Remembers where a user (Noise XX) connected from, so replies to it
+    /// are sealed for its SA and sent on the interface it came in on.
+    pub fn learn_endpoint(&mut self, peer: usize, iface: Option<usize>) {
+        if let Some(ep) = self.links.endpoint_of(peer) {
+            self.peer_of_endpoint.entry(ep).or_insert(peer);
+            if let Some(i) = iface {
+                self.iface_of_endpoint.entry(ep).or_insert(i);
+            }
+        }
+    }
+
     /// The neighbour (peer index) at `endpoint`.
     pub fn peer_at(&self, endpoint: &SocketAddr) -> Option<usize> {
         self.peer_of_endpoint.get(endpoint).copied()

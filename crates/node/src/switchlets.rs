@@ -77,3 +77,78 @@ pub fn to_json(sb: &Sandbox) -> serde_json::Value {
         "cache": format!("{cache:?}"),
     })
 }
+
+/// A module load request carried in an authenticated control message
+/// (ANEP `CONTROL`, 0xA004, inside an SA): `1` (load), name length (1),
+/// name, credential length (4, BE), credential, then the module's code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadRequest<'a> {
+    /// The loader's name for the module, if any.
+    pub name: Option<&'a str>,
+    /// The credential (Biscuit bytes).
+    pub credential: &'a [u8],
+    /// The module's code.
+    pub code: &'a [u8],
+}
+
+/// A malformed control message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    /// Not a request this node knows.
+    #[error("unknown control request")]
+    Unknown,
+    /// Shorter than its fields say.
+    #[error("truncated control message")]
+    Truncated,
+    /// The name is not UTF-8.
+    #[error("module name is not UTF-8")]
+    BadName,
+}
+
+impl<'a> LoadRequest<'a> {
+    /// Parses a load request.
+    pub fn parse(b: &'a [u8]) -> Result<LoadRequest<'a>, ControlError> {
+        let (&op, rest) = b.split_first().ok_or(ControlError::Truncated)?;
+        if op != 1 {
+            return Err(ControlError::Unknown);
+        }
+        let (&nl, rest) = rest.split_first().ok_or(ControlError::Truncated)?;
+        let (name, rest) = rest.split_at_checked(nl as usize).ok_or(ControlError::Truncated)?;
+        let (cl, rest) = rest.split_first_chunk::<4>().ok_or(ControlError::Truncated)?;
+        let (credential, code) =
+            rest.split_at_checked(u32::from_be_bytes(*cl) as usize).ok_or(ControlError::Truncated)?;
+        let name =
+            if name.is_empty() { None } else { Some(core::str::from_utf8(name).map_err(|_| ControlError::BadName)?) };
+        Ok(LoadRequest { name, credential, code })
+    }
+
+    /// Encodes a load request.
+    pub fn encode(&self) -> Vec<u8> {
+        let name = self.name.unwrap_or("").as_bytes();
+        let name = &name[..name.len().min(255)];
+        let mut v = vec![1, name.len() as u8];
+        v.extend_from_slice(name);
+        v.extend_from_slice(&(self.credential.len() as u32).to_be_bytes());
+        v.extend_from_slice(self.credential);
+        v.extend_from_slice(self.code);
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_request_round_trip_and_rejections() {
+        let r = LoadRequest { name: Some("counter"), credential: b"cred", code: b"\0asm" };
+        assert_eq!(LoadRequest::parse(&r.encode()), Ok(r));
+        let anon = LoadRequest { name: None, credential: b"", code: b"x" };
+        assert_eq!(LoadRequest::parse(&anon.encode()), Ok(anon));
+        assert_eq!(LoadRequest::parse(&[]), Err(ControlError::Truncated));
+        assert_eq!(LoadRequest::parse(&[2]), Err(ControlError::Unknown));
+        assert_eq!(LoadRequest::parse(&[1, 5, b'a']), Err(ControlError::Truncated));
+        assert_eq!(LoadRequest::parse(&[1, 0, 0, 0, 0, 9, 1]), Err(ControlError::Truncated));
+        assert_eq!(LoadRequest::parse(&[1, 1, 0xff, 0, 0, 0, 0]), Err(ControlError::BadName));
+    }
+}
