@@ -408,7 +408,7 @@ impl Node {
                 anode_sec::Output::Keepalive { peer } => {
                     let Some(to) = g.links.endpoint_of(peer) else { continue };
                     let Some(iface) = g.iface_of(&to).or(rx_iface) else { continue };
-                    if let Some(data) = seal_into(g, peer, &mut out.arena, None, now_ms) {
+                    if let Some(data) = seal_into(g, peer, &mut out.arena, Inner::Empty, now_ms) {
                         self.counters.keepalives_tx += 1;
                         out.transmits.push(Transmit { iface, to, data });
                     }
@@ -430,12 +430,10 @@ impl Node {
         for i in mark..out.transmits.len() {
             let t = out.transmits[i].clone();
             let sealed = g.peer_at(&t.to).and_then(|peer| match &t.data {
-                Data::Input(r) => seal_into(g, peer, &mut out.arena, Some(buf.get(r.clone()).unwrap_or(&[])), now_ms),
-                Data::Arena(r) => {
-                    // Copy the inner datagram out of the arena first.
-                    let inner = out.arena.get(r.clone()).map(<[u8]>::to_vec).unwrap_or_default();
-                    seal_into(g, peer, &mut out.arena, Some(&inner), now_ms)
+                Data::Input(r) => {
+                    seal_into(g, peer, &mut out.arena, Inner::Bytes(buf.get(r.clone()).unwrap_or(&[])), now_ms)
                 }
+                Data::Arena(r) => seal_into(g, peer, &mut out.arena, Inner::Arena(r.clone()), now_ms),
             });
             match sealed {
                 Some(data) => {
@@ -522,7 +520,7 @@ impl Node {
             self.drain_loopback(now_ms, out);
             return;
         }
-        let a = match self.outer(buf, len) {
+        let a = match self.outer(&buf[..len]) {
             Some(a) => a,
             None => return,
         };
@@ -533,7 +531,6 @@ impl Node {
                 let mut outs = std::mem::take(&mut g.outs);
                 outs.clear();
                 let res = g.links.handle_handshake(src, &buf[a.payload_start..len], now_ms, &mut outs);
-                g.outs = Vec::new();
                 match res {
                     Ok(()) => self.counters.handshakes_rx += 1,
                     Err(e) => self.counters.drop(secure::drop_of_handshake(e)),
@@ -634,8 +631,9 @@ impl Node {
         out.transmits.push(Transmit { iface, to, data });
     }
 
-    fn outer(&mut self, buf: &[u8], len: usize) -> Option<Anep> {
-        match Anep::parse(&buf[..len]) {
+    /// Checks an ANEP datagram, counting the drop reason if it is bad.
+    fn outer(&mut self, datagram: &[u8]) -> Option<Anep> {
+        match Anep::parse(datagram) {
             Ok(a) => Some(a),
             Err(e) => {
                 self.counters.drop(match e {
@@ -661,18 +659,7 @@ impl Node {
         out: &mut Outbox,
     ) {
         let _ = iface;
-        let a = match Anep::parse(&buf[base..end]) {
-            Ok(a) => a,
-            Err(e) => {
-                self.counters.drop(match e {
-                    AnepError::Truncated(_) => Drop::AnepTruncated,
-                    AnepError::BadVersion(_) => Drop::AnepBadVersion,
-                    AnepError::BadHeaderLength { .. } | AnepError::BadPacketLength { .. } => Drop::AnepBadLength,
-                    _ => Drop::AnepBadOption,
-                });
-                return;
-            }
-        };
+        let Some(a) = self.outer(&buf[base..end]) else { return };
         let (ps, len) = (base + a.payload_start, end);
         match a.type_id {
             anep::TYPE_SNAP => {
@@ -685,8 +672,7 @@ impl Node {
             }
             anep::TYPE_CAPSULE if self.modules.is_some() => {
                 let now = self.now_ms;
-                let msg = buf[ps..len].to_vec();
-                self.capsule(prev.unwrap_or(Ipv4Addr::UNSPECIFIED), &msg, now, out);
+                self.capsule(prev.unwrap_or(Ipv4Addr::UNSPECIFIED), &buf[ps..len], now, out);
             }
             anep::TYPE_AUTH | anep::TYPE_ESP | anep::TYPE_HANDSHAKE if self.sec.is_some() => {
                 // Nested in a verified datagram: not something to forward.
@@ -907,17 +893,30 @@ impl Node {
     }
 }
 
-/// Seals `inner` (an ANEP datagram; None: an empty keepalive) for `peer`
-/// into new bytes at the end of `arena`. None (and the arena unchanged) if
-/// there is no SA yet.
-fn seal_into(g: &mut Guard, peer: usize, arena: &mut Vec<u8>, inner: Option<&[u8]>, now_ms: u64) -> Option<Data> {
+/// Where the inner datagram to seal is.
+enum Inner<'a> {
+    /// Nothing: an empty keepalive.
+    Empty,
+    /// Bytes outside the arena (the receive buffer).
+    Bytes(&'a [u8]),
+    /// A range of the arena itself (copied within it, no allocation).
+    Arena(Range<usize>),
+}
+
+/// Seals `inner` (an ANEP datagram) for `peer` into new bytes at the end
+/// of `arena`. None (and the arena unchanged) if there is no SA yet.
+fn seal_into(g: &mut Guard, peer: usize, arena: &mut Vec<u8>, inner: Inner<'_>, now_ms: u64) -> Option<Data> {
     use anode_sec::sa::{AH_LEN, TAG_LEN};
-    let inner = inner.unwrap_or(&[]);
-    let n = inner.len();
     let start = arena.len();
-    let body = AH_LEN + n + TAG_LEN;
     arena.resize(start + anep::HEADER_LEN + AH_LEN, 0);
-    arena.extend_from_slice(inner);
+    match inner {
+        Inner::Empty => {}
+        Inner::Bytes(b) => arena.extend_from_slice(b),
+        Inner::Arena(r) if r.end <= start => arena.extend_from_within(r),
+        Inner::Arena(_) => {}
+    }
+    let n = arena.len() - (start + anep::HEADER_LEN + AH_LEN);
+    let body = AH_LEN + n + TAG_LEN;
     arena.resize(start + anep::HEADER_LEN + body, 0);
     let d = &mut arena[start..];
     anep::write_header(d, anep::FLAG_DISCARD_UNKNOWN, secure::type_of(g.links.mode(peer)), body);
