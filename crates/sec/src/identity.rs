@@ -126,11 +126,16 @@ fn short(t: &str) -> String {
 
 impl fmt::Display for PublicKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
+        write_hex(f, &self.0)
     }
+}
+
+fn write_hex(f: &mut impl fmt::Write, bytes: &[u8]) -> fmt::Result {
+    for b in bytes {
+        f.write_char(char::from(HEX[(b >> 4) as usize]))?;
+        f.write_char(char::from(HEX[(b & 15) as usize]))?;
+    }
+    Ok(())
 }
 
 impl fmt::Debug for PublicKey {
@@ -145,10 +150,7 @@ pub struct Fingerprint(pub [u8; 16]);
 
 impl fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
+        write_hex(f, &self.0)
     }
 }
 
@@ -217,10 +219,8 @@ impl Identity {
         let mut s = Zeroizing::new(String::with_capacity(SECRET_TAG.len() + 66));
         s.push_str(SECRET_TAG);
         s.push(' ');
-        for b in self.signing.as_bytes() {
-            s.push(char::from(HEX[(b >> 4) as usize]));
-            s.push(char::from(HEX[(b & 15) as usize]));
-        }
+        // Writing to a String cannot fail.
+        let _ = write_hex(&mut *s, self.signing.as_bytes());
         s.push('\n');
         s
     }

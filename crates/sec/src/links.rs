@@ -248,6 +248,36 @@ struct Peer {
     expect: Option<PublicKey>,
 }
 
+impl Peer {
+    /// A peer with no SAs and no handshake yet; the first attempt at
+    /// `first_attempt_ms`.
+    fn new(
+        key: Option<PublicKey>,
+        endpoint: Option<SocketAddr>,
+        mode: Mode,
+        kind: PeerKind,
+        first_attempt_ms: u64,
+    ) -> Peer {
+        Peer {
+            key,
+            x_pub: key.map_or([0; 32], |k| k.x25519()),
+            endpoint,
+            mode,
+            kind,
+            current: None,
+            previous: None,
+            next: None,
+            last_ts: 0,
+            pending: None,
+            next_attempt_ms: first_attempt_ms,
+            attempts: 0,
+            want: false,
+            handshakes: 0,
+            expect: None,
+        }
+    }
+}
+
 struct XxResponder {
     hs: snow::HandshakeState,
     from: SocketAddr,
@@ -342,26 +372,13 @@ impl Links {
             if !seen.insert(key) {
                 return Err(LinksError::DuplicateKey(key.fingerprint().to_string()));
             }
-            peers.push(Peer {
-                key: Some(key),
-                x_pub: key.x25519(),
-                endpoint,
-                mode,
-                kind,
-                current: None,
-                previous: None,
-                next: None,
-                last_ts: 0,
-                pending: None,
-                // Both ends start at boot; the higher key waits one retry
-                // interval so the lower key's handshake usually wins
-                // without a collision (see `ik_respond`).
-                next_attempt_ms: if key < me { now_ms + cfg.retry_initial_ms } else { now_ms },
-                attempts: 0,
-                want: kind == PeerKind::Neighbor,
-                handshakes: 0,
-                expect: None,
-            });
+            // Both ends start at boot; the higher key waits one retry
+            // interval so the lower key's handshake usually wins without a
+            // collision (see `ik_respond`).
+            let first_attempt = if key < me { now_ms + cfg.retry_initial_ms } else { now_ms };
+            let mut p = Peer::new(Some(key), endpoint, mode, kind, first_attempt);
+            p.want = kind == PeerKind::Neighbor;
+            peers.push(p);
         }
         let x_secret = id.x25519_secret();
         let global = Bucket::full(cfg.rate.global_burst, now_ms);
@@ -435,23 +452,10 @@ impl Links {
     /// user contacting a node). With `expect`, the node must prove that key.
     /// Returns the new peer's index.
     pub fn connect(&mut self, endpoint: SocketAddr, expect: Option<PublicKey>, mode: Mode, now_ms: u64) -> usize {
-        self.peers.push(Peer {
-            key: None,
-            x_pub: [0; 32],
-            endpoint: Some(endpoint),
-            mode,
-            kind: PeerKind::Remote,
-            current: None,
-            previous: None,
-            next: None,
-            last_ts: 0,
-            pending: None,
-            next_attempt_ms: now_ms,
-            attempts: 0,
-            want: true,
-            handshakes: 0,
-            expect,
-        });
+        let mut p = Peer::new(None, Some(endpoint), mode, PeerKind::Remote, now_ms);
+        p.want = true;
+        p.expect = expect;
+        self.peers.push(p);
         self.peers.len() - 1
     }
 

@@ -149,6 +149,17 @@ impl Net {
     }
 }
 
+/// A layer for `id(me)` with `id(other)` at 127.0.0.1:`port` as its one neighbour.
+fn one_peer(me: u8, other: u8, port: u16, mode: Mode, now: u64) -> Links {
+    let peers = vec![PeerConfig { key: id(other).public(), endpoint: ep(port), mode }];
+    Links::new(id(me), config(peers, Lifetime::default()), now).unwrap()
+}
+
+/// A layer with no neighbours (a user, or a node that only accepts `users`).
+fn lone(who: Identity, users: Vec<anode_sec::PublicKey>) -> Links {
+    Links::new(who, LinksConfig { users, unix_offset_ms: 1_800_000_000_000, ..LinksConfig::default() }, 0).unwrap()
+}
+
 fn pair(mode: Mode) -> Net {
     let mut n = Net::new(&[1, 2], &[(0, 1)], mode, Lifetime::default());
     n.settle();
@@ -204,24 +215,8 @@ fn tampered_truncated_replayed_and_reordered_packets() {
 fn authenticate_only_refused_where_encryption_is_required() {
     // Node 0 demands encryption; node 1 is configured for authentication only.
     let mut n = Net::new(&[1, 2], &[], Mode::Encrypt, Lifetime::default());
-    let cfg = |me: u8, other: u8, mode| {
-        config(
-            vec![PeerConfig { key: id(other).public(), endpoint: ep(7000 + (other - 1) as u16), mode }],
-            Lifetime::default(),
-        )
-        .clone()
-        .tap(me)
-    };
-    trait Tap {
-        fn tap(self, me: u8) -> Links;
-    }
-    impl Tap for LinksConfig {
-        fn tap(self, me: u8) -> Links {
-            Links::new(id(me), self, 0).unwrap()
-        }
-    }
-    n.nodes[0].links = cfg(1, 2, Mode::Encrypt);
-    n.nodes[1].links = cfg(2, 1, Mode::Authenticate);
+    n.nodes[0].links = one_peer(1, 2, 7001, Mode::Encrypt, 0);
+    n.nodes[1].links = one_peer(2, 1, 7000, Mode::Authenticate, 0);
     n.settle();
     let d = n.seal(1, 0, b"clear").unwrap();
     let mut d2 = d.clone();
@@ -254,24 +249,8 @@ fn handshake_replay_unknown_key_and_wrong_config_key() {
 
     // A node configured with a wrong key for its neighbour never comes up.
     let mut w = Net::new(&[1, 2], &[], Mode::Authenticate, Lifetime::default());
-    w.nodes[0].links = Links::new(
-        id(1),
-        config(
-            vec![PeerConfig { key: id(3).public(), endpoint: ep(7001), mode: Mode::Authenticate }],
-            Lifetime::default(),
-        ),
-        0,
-    )
-    .unwrap();
-    w.nodes[1].links = Links::new(
-        id(2),
-        config(
-            vec![PeerConfig { key: id(1).public(), endpoint: ep(7000), mode: Mode::Authenticate }],
-            Lifetime::default(),
-        ),
-        0,
-    )
-    .unwrap();
+    w.nodes[0].links = one_peer(1, 3, 7001, Mode::Authenticate, 0);
+    w.nodes[1].links = one_peer(2, 1, 7000, Mode::Authenticate, 0);
     for _ in 0..5 {
         w.settle();
         w.now += 20_000;
@@ -284,18 +263,9 @@ fn handshake_replay_unknown_key_and_wrong_config_key() {
 #[test]
 fn stale_timestamps_are_refused() {
     let mut n = Net::new(&[1, 2], &[(0, 1)], Mode::Authenticate, Lifetime::default());
-    n.nodes[0].links.poll(1_000, &mut Vec::new());
-    // Node 0's first message, delivered ten minutes later.
+    // Node 0's first message (from a twin layer), delivered ten minutes later.
     let mut out = Vec::new();
-    let mut m = Links::new(
-        id(1),
-        config(
-            vec![PeerConfig { key: id(2).public(), endpoint: ep(7001), mode: Mode::Authenticate }],
-            Lifetime::default(),
-        ),
-        0,
-    )
-    .unwrap();
+    let mut m = one_peer(1, 2, 7001, Mode::Authenticate, 0);
     m.poll(1_000, &mut out);
     let Output::Handshake { msg, .. } = &out[0] else { panic!("no handshake") };
     n.now = 600_000;
@@ -334,23 +304,9 @@ fn handshake_flood_is_rate_limited_and_the_link_still_comes_up() {
 
 #[test]
 fn forged_response_does_not_cancel_a_handshake() {
-    let mut n = Net::new(&[1, 2], &[(0, 1)], Mode::Authenticate, Lifetime::default());
-    n.nodes[0].links.poll(1_000, &mut Vec::new());
+    // A response forged for the index of the real first message.
     let mut out = Vec::new();
-    n.nodes[0].links.poll(1_000, &mut out);
-    // Node 0's pending handshake: find its index from a fresh poll is not
-    // possible; forge a response to every plausible index instead by
-    // taking it from the real first message.
-    let mut out = Vec::new();
-    let mut l = Links::new(
-        id(1),
-        config(
-            vec![PeerConfig { key: id(2).public(), endpoint: ep(7001), mode: Mode::Authenticate }],
-            Lifetime::default(),
-        ),
-        0,
-    )
-    .unwrap();
+    let mut l = one_peer(1, 2, 7001, Mode::Authenticate, 0);
     l.poll(1_000, &mut out);
     let Output::Handshake { msg, .. } = &out[0] else { panic!() };
     let spi = u32::from_be_bytes(msg[4..8].try_into().unwrap());
@@ -360,15 +316,7 @@ fn forged_response_does_not_cancel_a_handshake() {
     forged[8..12].copy_from_slice(&spi.to_be_bytes());
     assert_eq!(l.handle_handshake(ep(7001), &forged, 1, &mut Vec::new()), Err(HsReject::Decrypt));
     // The real responder's answer still completes it.
-    let mut r = Links::new(
-        id(2),
-        config(
-            vec![PeerConfig { key: id(1).public(), endpoint: ep(7000), mode: Mode::Authenticate }],
-            Lifetime::default(),
-        ),
-        0,
-    )
-    .unwrap();
+    let mut r = one_peer(2, 1, 7000, Mode::Authenticate, 0);
     let mut out2 = Vec::new();
     r.handle_handshake(ep(7000), msg, 1, &mut out2).unwrap();
     let Output::Handshake { msg: resp, .. } = &out2[0] else { panic!() };
@@ -431,15 +379,7 @@ fn restarted_peer_recovers() {
     assert!(n.send(0, 1, b"before").is_ok());
     n.now = 5_000;
     // Node 1 restarts: a fresh layer, same identity, no SAs.
-    n.nodes[1].links = Links::new(
-        id(2),
-        config(
-            vec![PeerConfig { key: id(1).public(), endpoint: ep(7000), mode: Mode::Authenticate }],
-            Lifetime::default(),
-        ),
-        n.now,
-    )
-    .unwrap();
+    n.nodes[1].links = one_peer(2, 1, 7000, Mode::Authenticate, n.now);
     // Node 0 still sends on the old SA: refused as an unknown SPI.
     assert_eq!(n.send(0, 1, b"lost"), Err(Reject::UnknownSpi));
     n.settle();
@@ -465,15 +405,8 @@ fn user_connects_with_xx() {
     let user = id(7);
     let node_id = id(2);
     let node_key = node_id.public();
-    let mut node = Links::new(
-        node_id,
-        LinksConfig { users: vec![user.public()], unix_offset_ms: 1_800_000_000_000, ..LinksConfig::default() },
-        0,
-    )
-    .unwrap();
-    let mut u =
-        Links::new(user.clone(), LinksConfig { unix_offset_ms: 1_800_000_000_000, ..LinksConfig::default() }, 0)
-            .unwrap();
+    let mut node = lone(node_id, vec![user.public()]);
+    let mut u = lone(user.clone(), vec![]);
     let p = u.connect(ep(7001), Some(node_key), Mode::Authenticate, 0);
     let uep = ep(9000);
     let mut out = Vec::new();
@@ -506,8 +439,7 @@ fn user_connects_with_xx() {
     assert!(node.status(3)[o.peer].up);
 
     // An unlisted user completes the Noise handshake but is refused.
-    let mut stranger =
-        Links::new(id(8), LinksConfig { unix_offset_ms: 1_800_000_000_000, ..LinksConfig::default() }, 0).unwrap();
+    let mut stranger = lone(id(8), vec![]);
     stranger.connect(ep(7001), None, Mode::Authenticate, 0);
     let mut out = Vec::new();
     stranger.poll(0, &mut out);
@@ -523,8 +455,7 @@ fn user_connects_with_xx() {
     assert_eq!(node.handle_handshake(ep(9001), &msg, 3, &mut Vec::new()), Err(HsReject::UnknownKey));
 
     // A user expecting a different node key refuses the node.
-    let mut wary =
-        Links::new(id(7), LinksConfig { unix_offset_ms: 1_800_000_000_000, ..LinksConfig::default() }, 0).unwrap();
+    let mut wary = lone(id(7), vec![]);
     wary.connect(ep(7001), Some(id(5).public()), Mode::Authenticate, 0);
     let mut out = Vec::new();
     wary.poll(0, &mut out);
