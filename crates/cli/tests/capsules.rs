@@ -4,17 +4,13 @@
 //! cross it, does not starve SNAP forwarding.
 #![allow(clippy::unwrap_used)]
 
-use serde_json::Value;
+mod common;
+
+use common::{ANODE, Scratch, first_listen, status, text, up_line3};
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
-
-const ANODE: &str = env!("CARGO_BIN_EXE_anode");
-const LINE3: &str = r#"
-node = [{ name = "a", address = "10.0.0.1" }, { name = "b", address = "10.0.0.2" }, { name = "c", address = "10.0.0.3" }]
-link = [{ a = "a", b = "b" }, { a = "b", b = "c" }]
-"#;
 
 fn modules_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../modules/out")
@@ -25,52 +21,13 @@ fn module(name: &str) -> Vec<u8> {
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e} (run scripts/setup)", p.display()))
 }
 
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let p = std::env::temp_dir().join(format!("anode-capstest-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Scratch(std::fs::canonicalize(&p).unwrap())
-    }
-    fn tb(&self) -> PathBuf {
-        self.0.join("tb")
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = Command::new(ANODE).args(["testbed", "down", "--dir"]).arg(self.tb()).output();
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
-
 fn up(s: &Scratch, security: &str) {
-    let topo = s.0.join("line3.toml");
-    std::fs::write(&topo, LINE3).unwrap();
-    let o = Command::new(ANODE)
-        .args(["testbed", "up"])
-        .arg(&topo)
-        .args(["--security", security, "--dir"])
-        .arg(s.tb())
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-}
-
-fn status(dir: &Path) -> Value {
-    let o = Command::new(ANODE).args(["status", "--json", "--run-dir"]).arg(dir).output().unwrap();
-    serde_json::from_slice(&o.stdout).unwrap()
+    up_line3(s, &["--security", security]);
 }
 
 #[test]
 fn capsule_ping_code_carried_and_by_hash() {
-    let s = Scratch::new("ping");
+    let s = Scratch::new("capstest", "ping");
     up(&s, "encrypt");
     let admin = s.tb().join("keys").join("admin.key");
     // By hash first, while no node has the code: each hop fetches it once.
@@ -104,7 +61,7 @@ fn capsule_ping_code_carried_and_by_hash() {
 #[test]
 fn looping_capsules_do_not_starve_snap_forwarding() {
     use anode_cred::{GrantSpec, InterfaceSet, Issuer, Limits, ModuleGrant, ModuleHash, PrincipalId};
-    let s = Scratch::new("spin");
+    let s = Scratch::new("capstest", "spin");
     up(&s, "off");
     let admin = anode_sec::Identity::load(&s.tb().join("keys").join("admin.key")).unwrap();
     let spin = module("spin");
@@ -127,8 +84,7 @@ fn looping_capsules_do_not_starve_snap_forwarding() {
     .encode(&mut caps)
     .unwrap();
     let dgram = [&[1u8, 0x80, 0xA0, 0x03, 0, 2][..], &((8 + caps.len()) as u16).to_be_bytes(), &caps].concat();
-    let cfg = std::fs::read_to_string(s.tb().join("b").join("node.toml")).unwrap();
-    let listen = cfg.lines().find_map(|l| l.strip_prefix("listen = \"")).unwrap().trim_end_matches('"').to_string();
+    let listen = first_listen(&s.tb().join("b"));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flooder = {
         let stop = stop.clone();
@@ -162,22 +118,11 @@ fn looping_capsules_do_not_starve_snap_forwarding() {
 #[test]
 fn a_user_loads_a_module_over_an_authenticated_control_message() {
     use anode_cred::{GrantSpec, Interface, InterfaceSet, Issuer, Limits, ModuleGrant, ModuleHash, PrincipalId};
-    let s = Scratch::new("load");
+    let s = Scratch::new("capstest", "load");
     let kd = s.0.join("user");
     let o = Command::new(ANODE).args(["keys", "gen", "--name", "u", "--out"]).arg(&kd).output().unwrap();
     assert!(o.status.success(), "{}", text(&o));
-    let topo = s.0.join("line3.toml");
-    std::fs::write(&topo, LINE3).unwrap();
-    let o = Command::new(ANODE)
-        .args(["testbed", "up"])
-        .arg(&topo)
-        .arg("--user")
-        .arg(kd.join("u.pub"))
-        .arg("--dir")
-        .arg(s.tb())
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
+    up_line3(&s, &["--user", kd.join("u.pub").to_str().unwrap()]);
     let user = anode_sec::Identity::load(&kd.join("u.key")).unwrap();
     let admin = anode_sec::Identity::load(&s.tb().join("keys").join("admin.key")).unwrap();
     let counter = module("counter");
@@ -199,8 +144,7 @@ fn a_user_loads_a_module_over_an_authenticated_control_message() {
     std::fs::write(&cred, issue(&counter, &[Interface::State, Interface::Log, Interface::Net, Interface::Marshal]))
         .unwrap();
     let b = s.tb().join("b");
-    let cfg = std::fs::read_to_string(b.join("node.toml")).unwrap();
-    let listen = cfg.lines().find_map(|l| l.strip_prefix("listen = \"")).unwrap().trim_end_matches('"').to_string();
+    let listen = first_listen(&b);
     let load = |cred: &Path| {
         Command::new(ANODE)
             .args(["module", "load"])

@@ -5,35 +5,14 @@
 //! error.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::{ANODE, LINE3, Scratch, first_listen, status, text, up_line3};
 use serde_json::Value;
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-const ANODE: &str = env!("CARGO_BIN_EXE_anode");
-const LINE3: &str = r#"
-node = [{ name = "a", address = "10.0.0.1" }, { name = "b", address = "10.0.0.2" }, { name = "c", address = "10.0.0.3" }]
-link = [{ a = "a", b = "b" }, { a = "b", b = "c" }]
-"#;
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let p = std::env::temp_dir().join(format!("anode-sectest-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Scratch(std::fs::canonicalize(&p).unwrap())
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = Command::new(ANODE).args(["testbed", "down", "--dir"]).arg(&self.0).output();
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A child process killed and reaped when dropped.
 struct Kill(std::process::Child);
@@ -49,32 +28,12 @@ fn run(args: &[&str]) -> Output {
     Command::new(ANODE).args(args).output().unwrap()
 }
 
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
-
 fn up(s: &Scratch, mode: &str) {
-    let topo = s.0.join("line3.toml");
-    std::fs::write(&topo, LINE3).unwrap();
-    let tb = s.0.join("tb");
-    let o = Command::new(ANODE)
-        .args(["testbed", "up"])
-        .arg(&topo)
-        .args(["--security", mode, "--dir"])
-        .arg(&tb)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
+    up_line3(s, &["--security", mode]);
 }
 
 fn node_dir(s: &Scratch, n: &str) -> PathBuf {
-    s.0.join("tb").join(n)
-}
-
-fn status(dir: &Path) -> Value {
-    let o = Command::new(ANODE).args(["status", "--json", "--run-dir"]).arg(dir).output().unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    serde_json::from_slice(&o.stdout).unwrap()
+    s.tb().join(n)
 }
 
 fn ping(s: &Scratch, count: &str, interval: &str) -> Output {
@@ -94,7 +53,7 @@ fn links_up(dir: &Path) -> bool {
 
 #[test]
 fn encrypted_line_recovers_from_a_middle_restart() {
-    let s = Scratch::new("restart");
+    let s = Scratch::new("sectest", "restart");
     up(&s, "encrypt");
     let o = ping(&s, "3", "0.05");
     assert!(text(&o).contains("3 received"), "{}", text(&o));
@@ -151,11 +110,10 @@ fn encrypted_line_recovers_from_a_middle_restart() {
 
 #[test]
 fn handshake_flood_is_counted_and_forwarding_goes_on() {
-    let s = Scratch::new("flood");
+    let s = Scratch::new("sectest", "flood");
     up(&s, "authenticate");
     let b = node_dir(&s, "b");
-    let cfg = std::fs::read_to_string(b.join("node.toml")).unwrap();
-    let listen = cfg.lines().find_map(|l| l.strip_prefix("listen = \"")).unwrap().trim_end_matches('"').to_string();
+    let listen = first_listen(&b);
     // Garbage handshake first messages at about 20,000 a second (2,000
     // times the per-source handshake rate), for as long as the pings take.
     // Paced so the test measures the node, not a 2-core machine's
@@ -195,7 +153,7 @@ fn handshake_flood_is_counted_and_forwarding_goes_on() {
 
 #[test]
 fn unusable_key_files_stop_the_node_with_a_clear_error() {
-    let s = Scratch::new("keys");
+    let s = Scratch::new("sectest", "keys");
     let topo = s.0.join("line3.toml");
     std::fs::write(&topo, LINE3).unwrap();
     let tb = s.0.join("tb");

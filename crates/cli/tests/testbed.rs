@@ -1,43 +1,22 @@
 //! `anode testbed`: the configs it writes for every shipped topology, its
 //! errors, and a real `up`/`status`/`down` of a 4-node line on loopback.
 
+mod common;
+
 use anode_node::config::{InterfaceConfig, NodeConfig, Topology};
+use common::{ANODE, Scratch, text};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const ANODE: &str = env!("CARGO_BIN_EXE_anode");
 const TOPOLOGIES: [&str; 4] = ["line4", "ring5", "star5", "tree7"];
 
 fn topology_path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/topologies").join(format!("{name}.toml"))
 }
 
-/// A scratch directory, removed (after a `testbed down`) when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let p = std::env::temp_dir().join(format!("anode-tbtest-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).expect("scratch dir");
-        Scratch(std::fs::canonicalize(&p).expect("canonical"))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = Command::new(ANODE).args(["testbed", "down", "--dir"]).arg(&self.0).output();
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn anode(args: &[&str], dir: &Path) -> Output {
     Command::new(ANODE).args(args).arg("--dir").arg(dir).output().expect("run anode")
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
 fn read_config(dir: &Path, name: &str) -> NodeConfig {
@@ -94,7 +73,7 @@ fn shipped_topologies_give_valid_symmetric_configs() {
         }
         let path = path.to_str().expect("utf-8 path");
 
-        let lo = Scratch::new(&format!("cfg-{name}"));
+        let lo = Scratch::new("tbtest", &format!("cfg-{name}"));
         let o = anode(&["testbed", "up", path, "--configs-only"], &lo.0);
         assert!(o.status.success(), "{name}: {}", text(&o));
         check_configs(name, &topo, &lo.0);
@@ -104,7 +83,7 @@ fn shipped_topologies_give_valid_symmetric_configs() {
             }
         }
 
-        let ns = Scratch::new(&format!("netns-{name}"));
+        let ns = Scratch::new("tbtest", &format!("netns-{name}"));
         let o = anode(&["testbed", "up", path, "--netns", "--configs-only"], &ns.0);
         assert!(o.status.success(), "{name}: {}", text(&o));
         check_configs(name, &topo, &ns.0);
@@ -118,7 +97,7 @@ fn shipped_topologies_give_valid_symmetric_configs() {
 
 #[test]
 fn bad_topologies_are_refused_with_the_reason() {
-    let s = Scratch::new("bad");
+    let s = Scratch::new("tbtest", "bad");
     let cases = [
         (
             "unknown.toml",
@@ -158,7 +137,7 @@ fn alive(pid: u32) -> bool {
 
 #[test]
 fn line4_up_status_down_leaves_no_process() {
-    let s = Scratch::new("live");
+    let s = Scratch::new("tbtest", "live");
     let line4 = topology_path("line4");
     let line4 = line4.to_str().expect("utf-8");
     let o = anode(&["testbed", "up", line4], &s.0);
@@ -204,7 +183,7 @@ fn line4_up_status_down_leaves_no_process() {
 /// payload exactly once, with one network operation per interface.
 #[test]
 fn tree_multicast_reaches_every_node_once() {
-    let s = Scratch::new("tree");
+    let s = Scratch::new("tbtest", "tree");
     let tree7 = topology_path("tree7");
     let tree7 = tree7.to_str().expect("utf-8");
     let o = anode(&["testbed", "up", tree7], &s.0);
