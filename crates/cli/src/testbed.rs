@@ -29,7 +29,7 @@
 use anode_node::config::{NodeConfig, Topology};
 use anode_node::local::{Reply, Request};
 use anyhow::{Context, Result, anyhow, bail};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::fs;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
@@ -449,22 +449,6 @@ fn netns_commands(t: &Topology) -> Result<Vec<Vec<String>>> {
         }
     }
     Ok(cmds)
-}
-
-/// Hop counts from `from` to every reachable node (breadth first).
-fn distances(t: &Topology, from: Ipv4Addr) -> BTreeMap<Ipv4Addr, usize> {
-    let mut d = BTreeMap::from([(from, 0)]);
-    let mut q = VecDeque::from([from]);
-    while let Some(u) = q.pop_front() {
-        let du = d[&u];
-        for v in t.neighbors(u) {
-            if let std::collections::btree_map::Entry::Vacant(e) = d.entry(v) {
-                e.insert(du + 1);
-                q.push_back(v);
-            }
-        }
-    }
-    d
 }
 
 // ------------------------------------------------------------ processes
@@ -951,7 +935,7 @@ fn up_summary(topo_path: &Path, dir: &Path, topo: &Topology, plan: &Plan, starte
     outln!(o, "  links: {}", links.join(" "));
     // Example commands: from the first node to the node farthest from it.
     let Some(first) = plan.nodes.first() else { return o };
-    let d = distances(topo, first.address);
+    let d = topo.hop_counts(first.address);
     let far = plan
         .nodes
         .iter()

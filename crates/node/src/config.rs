@@ -435,6 +435,23 @@ impl Topology {
         v.into_iter().collect()
     }
 
+    /// Hop counts from `from` to every node reachable from it (breadth
+    /// first; `from` itself at 0).
+    pub fn hop_counts(&self, from: Ipv4Addr) -> BTreeMap<Ipv4Addr, usize> {
+        let mut d = BTreeMap::from([(from, 0)]);
+        let mut q = std::collections::VecDeque::from([from]);
+        while let Some(u) = q.pop_front() {
+            let du = d[&u];
+            for v in self.neighbors(u) {
+                d.entry(v).or_insert_with(|| {
+                    q.push_back(v);
+                    du + 1
+                });
+            }
+        }
+        d
+    }
+
     /// Shortest-path next hops from `from` to every reachable node
     /// (breadth first; ties go to the lowest neighbour address, so every
     /// node computes consistent routes).

@@ -22,7 +22,6 @@ use crate::local::{Reply, Request};
 use crate::plain;
 use anode_snap::wire::Packet;
 use core::net::{Ipv4Addr, SocketAddr};
-use std::collections::{BTreeMap, VecDeque};
 use std::sync::OnceLock;
 
 /// The node the datagram target feeds (also the configuration unit tests
@@ -268,31 +267,16 @@ pub fn config(data: &[u8]) {
 fn check_topology(t: &Topology) {
     for n in t.nodes.iter().take(32) {
         let hops = t.next_hops(n.address).expect("a topology node has routes");
-        let dist = distances(t, n.address);
+        let dist = t.hop_counts(n.address);
         let nbrs = t.neighbors(n.address);
         for (dest, via) in &hops {
             assert!(nbrs.contains(via), "next hop {via} is not a neighbour of {}", n.address);
             assert_ne!(*dest, n.address);
-            let dv = distances(t, *via);
+            let dv = t.hop_counts(*via);
             assert_eq!(dv.get(dest).map(|d| d + 1), dist.get(dest).copied(), "{via} is on a shortest path");
         }
         assert_eq!(hops.len() + 1, dist.len(), "every reachable node has a route");
     }
-}
-
-fn distances(t: &Topology, from: Ipv4Addr) -> BTreeMap<Ipv4Addr, usize> {
-    let mut d = BTreeMap::from([(from, 0)]);
-    let mut q = VecDeque::from([from]);
-    while let Some(u) = q.pop_front() {
-        let du = d[&u];
-        for v in t.neighbors(u) {
-            d.entry(v).or_insert_with(|| {
-                q.push_back(v);
-                du + 1
-            });
-        }
-    }
-    d
 }
 
 /// Decodes bytes as a local-API request and as a reply; what decodes must
