@@ -292,21 +292,34 @@ impl Node {
     /// Hands a capsule-protocol message from neighbour `prev` to the
     /// sandbox and carries out its actions.
     fn capsule(&mut self, prev: Ipv4Addr, msg: &[u8], now_ms: u64, out: &mut Outbox) {
-        let Some(m) = self.modules.as_mut() else {
+        if self.modules.is_none() {
             self.counters.drop(Drop::UnknownType);
             return;
-        };
+        }
         self.counters.rx_capsule += 1;
+        if let Some(Err(_)) = self.with_sandbox(now_ms, out, |sb, now, a| sb.handle_capsule(now, prev, msg, a)) {
+            self.counters.drop(Drop::CapsuleRefused);
+        }
+    }
+
+    /// Calls the sandbox with its (reused, cleared) action list, then
+    /// carries out the actions. None when modules are off.
+    fn with_sandbox<R>(
+        &mut self,
+        now_ms: u64,
+        out: &mut Outbox,
+        f: impl FnOnce(&mut anode_sandbox::Sandbox, anode_sandbox::Now, &mut Vec<anode_sandbox::Action>) -> R,
+    ) -> Option<R> {
+        let m = self.modules.as_mut()?;
         let now = m.now(now_ms);
         let mut actions = std::mem::take(&mut m.actions);
         actions.clear();
-        if m.sb.handle_capsule(now, prev, msg, &mut actions).is_err() {
-            self.counters.drop(Drop::CapsuleRefused);
-        }
+        let r = f(&mut m.sb, now, &mut actions);
         self.module_actions(&mut actions, out);
         if let Some(m) = self.modules.as_mut() {
             m.actions = actions;
         }
+        Some(r)
     }
 
     /// Carries out what modules asked for.
@@ -363,19 +376,10 @@ impl Node {
     pub fn poll(&mut self, now_ms: u64, out: &mut Outbox) {
         self.now_ms = now_ms;
         self.env.now_ms = now_ms;
-        if let Some(m) = self.modules.as_mut()
-            && m.sb.poll_at().is_some_and(|t| t <= now_ms)
-        {
-            let now = m.now(now_ms);
-            let mut actions = std::mem::take(&mut m.actions);
-            actions.clear();
-            m.sb.handle_timeout(now, &mut actions);
+        if self.modules.as_ref().is_some_and(|m| m.sb.poll_at().is_some_and(|t| t <= now_ms)) {
             let mark = out.transmits.len();
-            self.module_actions(&mut actions, out);
+            self.with_sandbox(now_ms, out, |sb, now, a| sb.handle_timeout(now, a));
             self.protect(&[], out, mark, now_ms);
-            if let Some(m) = self.modules.as_mut() {
-                m.actions = actions;
-            }
         }
         let Some(g) = self.sec.as_mut() else { return };
         let mut outs = std::mem::take(&mut g.outs);
@@ -594,12 +598,11 @@ impl Node {
         let Some(body) = buf.get(inner).and_then(|b| Anep::parse(b).ok().map(|a| &b[a.payload_start..])) else {
             return;
         };
-        let reply = match (crate::switchlets::LoadRequest::parse(body), self.modules.as_mut(), from) {
-            (Err(e), _, _) => format!("refused: {e}"),
-            (_, None, _) => "refused: this node runs no modules".to_string(),
-            (_, _, None) => "refused: unknown principal".to_string(),
-            (Ok(req), Some(m), Some(key)) => {
-                let now = m.now(now_ms);
+        let reply = match (crate::switchlets::LoadRequest::parse(body), from) {
+            (Err(e), _) => format!("refused: {e}"),
+            _ if self.modules.is_none() => "refused: this node runs no modules".to_string(),
+            (_, None) => "refused: unknown principal".to_string(),
+            (Ok(req), Some(key)) => {
                 let spec = anode_sandbox::LoadSpec {
                     code: req.code,
                     credential: Some(req.credential),
@@ -607,21 +610,14 @@ impl Node {
                     local_name: req.name,
                     limits: Default::default(),
                 };
-                let mut actions = std::mem::take(&mut m.actions);
-                actions.clear();
-                let r = m.sb.load_with(now, &spec, &mut actions);
-                let text = match r {
-                    Ok(id) => format!("loaded {id}"),
-                    Err(e) => {
+                match self.with_sandbox(now_ms, out, |sb, now, a| sb.load_with(now, &spec, a)) {
+                    Some(Ok(id)) => format!("loaded {id}"),
+                    Some(Err(e)) => {
                         self.counters.drop(Drop::CapsuleRefused);
                         format!("refused: {e}")
                     }
-                };
-                self.module_actions(&mut actions, out);
-                if let Some(m) = self.modules.as_mut() {
-                    m.actions = actions;
+                    None => "refused: this node runs no modules".to_string(),
                 }
-                text
             }
         };
         let Some(to) = to else { return };
