@@ -421,6 +421,11 @@ impl Daemon {
     /// Binds every socket of the node described by `cfg` (interfaces first,
     /// so a port in use fails before the run directory is touched).
     pub fn bind(cfg: &NodeConfig, topology: Option<&Topology>, opts: &Options) -> Result<Daemon, DaemonError> {
+        // Wall-clock time at now_ms = 0: handshake timestamps and credential expiry.
+        let unix_ms_at_zero = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
         let sec = match cfg.security.as_ref().filter(|s| s.enabled) {
             Some(s) => {
                 let path = s.key.clone().ok_or(DaemonError::Config {
@@ -428,18 +433,10 @@ impl Daemon {
                     source: crate::config::ConfigError::MissingKeyFile,
                 })?;
                 let identity = anode_sec::Identity::load(&path)?;
-                let unix_ms_at_zero = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_millis() as u64)
-                    .unwrap_or(0);
                 Some(crate::secure::SecurityInit { identity, unix_ms_at_zero })
             }
             None => None,
         };
-        let unix_ms_at_zero = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
         let mut node = Node::with_security(cfg, topology, sec, 0)
             .map_err(|source| DaemonError::Config { file: "<config>".into(), source })?;
         if let Some(m) = &cfg.modules {
