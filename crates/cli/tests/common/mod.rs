@@ -1,9 +1,13 @@
 //! Helpers shared by the integration tests that start real daemons.
 #![allow(dead_code)]
 
+use anode_node::client::Client;
+use std::io::{BufRead, BufReader};
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 /// `n` distinct free UDP ports on 127.0.0.1: bound together so they differ,
 /// then released for the daemons to take.
@@ -91,4 +95,227 @@ pub fn up_line3(s: &Scratch, args: &[&str]) {
 pub fn first_listen(node_dir: &Path) -> String {
     let cfg = std::fs::read_to_string(node_dir.join("node.toml")).expect("node.toml");
     cfg.lines().find_map(|l| l.strip_prefix("listen = \"")).expect("a listen line").trim_end_matches('"').to_string()
+}
+
+/// A running line of three nodes; dropping it kills them and removes their
+/// files.
+pub struct Line {
+    pub dir: PathBuf,
+    pub nodes: Vec<Child>,
+}
+
+impl Line {
+    /// Starts the line with security off.
+    pub fn start() -> Line {
+        Line::start_with(["", "", ""])
+    }
+
+    /// Starts the line; `extra[i]` is appended to node i+1's configuration
+    /// (top-level keys first in it, then sections).
+    pub fn start_with(extra: [&str; 3]) -> Line {
+        Line::start_env(extra, &[])
+    }
+
+    /// [`Line::start_with`], with environment variables for the daemons.
+    pub fn start_env(extra: [&str; 3], env: &[(&str, &str)]) -> Line {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "anode-apps-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let ifaces = line3_interfaces(&free_ports(4));
+        let routes = ["[routes]\ndefault_via = \"10.0.0.2\"\n", "", "[routes]\ndefault_via = \"10.0.0.2\"\n"];
+        let configs: Vec<String> = (0..3)
+            .map(|i| {
+                let run = dir.join(format!("n{}", i + 1));
+                format!(
+                    "address = \"10.0.0.{}\"\nrun_dir = \"{}\"\n{}\n{}{}",
+                    i + 1,
+                    run.display(),
+                    extra[i],
+                    ifaces[i],
+                    routes[i]
+                )
+            })
+            .collect();
+        let mut line = Line { dir: dir.clone(), nodes: Vec::new() };
+        for (i, cfg) in configs.iter().enumerate() {
+            let file = dir.join(format!("n{}.toml", i + 1));
+            std::fs::write(&file, cfg).expect("config");
+            let log = std::fs::File::create(dir.join(format!("n{}.log", i + 1))).expect("log");
+            let child = Command::new(ANODE)
+                .args(["node", "--config"])
+                .arg(&file)
+                .envs(env.iter().copied())
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().expect("log"))
+                .stderr(log)
+                .spawn()
+                .expect("start anode node");
+            line.nodes.push(child);
+        }
+        for i in 1..=3 {
+            line.wait_ready(i);
+        }
+        line
+    }
+
+    pub fn run_dir(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("n{i}"))
+    }
+
+    pub fn wait_ready(&mut self, i: usize) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(mut c) = Client::connect(self.run_dir(i))
+                && c.hello().is_ok()
+            {
+                return;
+            }
+            if let Ok(Some(st)) = self.nodes[i - 1].try_wait() {
+                panic!("node {i} exited with {st}:\n{}", self.log(i));
+            }
+            assert!(Instant::now() < deadline, "node {i} not ready after 10 s:\n{}", self.log(i));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.dir.join(format!("n{i}.log"))).unwrap_or_default()
+    }
+
+    /// `anode ARGS --run-dir <node i>`, to completion.
+    pub fn run(&self, i: usize, args: &[&str]) -> Output {
+        let out = Command::new(ANODE)
+            .args(args)
+            .arg("--run-dir")
+            .arg(self.run_dir(i))
+            .stdin(Stdio::null())
+            .output()
+            .expect("run anode");
+        assert!(out.status.code().is_some(), "{args:?} killed by a signal");
+        out
+    }
+
+    /// Starts `anode recv ARGS --run-dir <node i>` and waits until it has
+    /// registered its port.
+    pub fn recv(&self, i: usize, args: &[&str]) -> Proc {
+        let mut child = Command::new(ANODE)
+            .arg("recv")
+            .args(args)
+            .arg("--run-dir")
+            .arg(self.run_dir(i))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start anode recv");
+        let mut err = BufReader::new(child.stderr.take().expect("stderr"));
+        let mut line = String::new();
+        err.read_line(&mut line).expect("recv stderr");
+        assert!(line.contains("listening on"), "anode recv did not start: {line:?}");
+        Proc { child: Some(child), err }
+    }
+}
+
+impl Drop for Line {
+    fn drop(&mut self) {
+        for c in &mut self.nodes {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if std::thread::panicking() {
+            for i in 1..=3 {
+                eprintln!("--- node {i} log ---\n{}", self.log(i));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A running `anode recv`, killed if the test ends before it does.
+pub struct Proc {
+    pub child: Option<Child>,
+    err: BufReader<std::process::ChildStderr>,
+}
+
+impl Proc {
+    /// Waits for it to finish: (exit code, stdout, rest of stderr).
+    pub fn finish(mut self) -> (Option<i32>, Vec<u8>, String) {
+        let child = self.child.take().expect("child");
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut self.err, &mut rest);
+        let out = child.wait_with_output().expect("wait recv");
+        (out.status.code(), out.stdout, rest)
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+
+/// The example modules built by `scripts/setup`.
+pub fn modules_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../modules/out")
+}
+
+/// The bytes of example module `name`.
+pub fn module(name: &str) -> Vec<u8> {
+    let p = modules_dir().join(format!("{name}.wasm"));
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e} (run scripts/setup)", p.display()))
+}
+
+/// A module credential for `code`, issued by the administrator key file
+/// `admin` to `principal`, granting `ifaces`, expiring at `expires`.
+pub fn issue_credential(
+    admin: &Path,
+    principal: [u8; 32],
+    code: &[u8],
+    ifaces: &[anode_cred::Interface],
+    expires: Option<std::time::SystemTime>,
+) -> Vec<u8> {
+    use anode_cred::{GrantSpec, InterfaceSet, Issuer, Limits, ModuleGrant, ModuleHash, PrincipalId};
+    let admin = anode_sec::Identity::load(admin).expect("admin key");
+    let spec = GrantSpec {
+        modules: vec![ModuleGrant::Hash(ModuleHash::of(code))],
+        interfaces: InterfaceSet::of(ifaces),
+        limits: Limits { memory: 4 << 20, cpu: 1_000_000, state: 4096 },
+        expires,
+    };
+    Issuer::from_secret(&admin.secret_seed())
+        .expect("issuer")
+        .issue(PrincipalId(principal), &spec)
+        .expect("issue")
+        .to_bytes()
+        .to_vec()
+}
+
+/// `anode keys gen --name NAME` into `dir`: (secret key file, public key file).
+pub fn user_keys(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let o = Command::new(ANODE).args(["keys", "gen", "--name", name, "--out"]).arg(dir).output().expect("keys gen");
+    assert!(o.status.success(), "{}", text(&o));
+    (dir.join(format!("{name}.key")), dir.join(format!("{name}.pub")))
+}
+
+/// Waits up to `secs` seconds for `f` to hold, polling every 50 ms.
+pub fn eventually(secs: f64, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
