@@ -30,6 +30,7 @@ drops! {
     PlainMalformed  "plain_malformed"   "A plain packet with a malformed header.";
     TtlExceeded     "ttl_exceeded"      "A plain packet whose ttl ran out.";
     NoListener      "no_listener"       "Delivery to a port no local application registered.";
+    AppQueueFull    "app_queue_full"    "Delivery to a local application whose queue was full (it stopped reading).";
     TxFailed        "tx_failed"         "The socket refused a transmission.";
     LoopbackLimit   "loopback_limit"    "Too many packets sent to this node itself within one arrival.";
     NonNeighbor     "non_neighbor"      "Security on: a datagram without authentication, or a handshake from a key that is not a configured neighbour or user (topology freeze).";
@@ -47,6 +48,7 @@ drops! {
     HandshakeStale  "handshake_stale"   "A handshake whose timestamp is too far from this node's clock.";
     HandshakeFailed "handshake_failed"  "A handshake that failed to decrypt or verify (tampering, or a wrong key in a config).";
     HandshakeUnexpected "handshake_unexpected" "A handshake response for no handshake in progress.";
+    HandshakeBadCookie "handshake_bad_cookie" "An XX first message whose anti-reflection cookie was wrong or stale.";
     CapsuleRefused  "capsule_refused"   "A capsule (or code request/reply) the sandbox refused: see `modules.capsule_refused` for the reason.";
 }
 
@@ -108,6 +110,9 @@ pub struct Counters {
     pub keepalives_rx: u64,
     /// Capsule-protocol datagrams received (capsules, code requests, code replies).
     pub rx_capsule: u64,
+    /// SNAP packets whose resource bound exceeded `max_resource_bound` and
+    /// was lowered to it (injected or arriving).
+    pub rb_clamped: u64,
     /// VM faults by kind, indexed like [`FAULT_KINDS`].
     pub vm_faults: Vec<u64>,
 }
@@ -134,6 +139,7 @@ impl Counters {
             keepalives_tx: 0,
             keepalives_rx: 0,
             rx_capsule: 0,
+            rb_clamped: 0,
             vm_faults: vec![0; FAULT_KINDS.len()],
         }
     }
@@ -153,7 +159,7 @@ impl Counters {
         self.drops.iter().sum()
     }
 
-    fn types(&self) -> [(&'static str, u64); 16] {
+    fn types(&self) -> [(&'static str, u64); 17] {
         [
             ("rx_snap", self.rx_snap),
             ("rx_plain", self.rx_plain),
@@ -171,6 +177,7 @@ impl Counters {
             ("keepalives_tx", self.keepalives_tx),
             ("keepalives_rx", self.keepalives_rx),
             ("rx_capsule", self.rx_capsule),
+            ("rb_clamped", self.rb_clamped),
         ]
     }
 

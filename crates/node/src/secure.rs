@@ -146,13 +146,15 @@ impl Guard {
                 })
             })
             .collect();
-        let Stats { initiated, completed_ik, completed_xx, rekeys, timeouts, yielded, expired } = self.links.stats;
+        let Stats { initiated, completed_ik, completed_xx, rekeys, timeouts, yielded, expired, cookies_sent } =
+            self.links.stats;
         json!({
             "identity": self.links.public().fingerprint().to_string(),
             "public_key": self.links.public().to_string(),
             "peers": peers,
             "handshakes": {"initiated": initiated, "completed_ik": completed_ik, "completed_xx": completed_xx,
-                           "rekeys": rekeys, "timeouts": timeouts, "yielded": yielded, "expired_sas": expired},
+                           "rekeys": rekeys, "timeouts": timeouts, "yielded": yielded, "expired_sas": expired,
+                           "cookies_sent": cookies_sent},
         })
     }
 
@@ -189,6 +191,7 @@ pub fn drop_of_handshake(r: HsReject) -> Drop {
         HsReject::Stale => Drop::HandshakeStale,
         HsReject::UnknownKey => Drop::NonNeighbor,
         HsReject::Unexpected => Drop::HandshakeUnexpected,
+        HsReject::BadCookie => Drop::HandshakeBadCookie,
         _ => Drop::HandshakeFailed,
     }
 }

@@ -42,8 +42,9 @@ pub fn handshake_and_packet(data: &[u8]) {
 }
 
 /// Seeds for the `sec_handshake` target: a real IK first message from the
-/// fuzzing pair's neighbour, an XX first message, and a protected
-/// datagram, each of which the target's layer accepts or answers.
+/// fuzzing pair's neighbour, an XX first message, the cookie reply to it and
+/// the first message sent again with the cookie, and a protected datagram,
+/// each of which the target's layer accepts or answers.
 pub fn seeds() -> Vec<Vec<u8>> {
     let (_, b) = pair();
     let a = Identity::from_seed(&[0xA1; 32]);
@@ -68,11 +69,32 @@ pub fn seeds() -> Vec<Vec<u8>> {
     user.connect(endpoint(), None, Mode::Authenticate, 0);
     let mut out = Vec::new();
     user.poll(0, &mut out);
-    for o in out {
-        if let crate::links::Output::Handshake { msg, .. } = o {
-            seeds.push(msg);
+    let first: Vec<Vec<u8>> = out
+        .into_iter()
+        .filter_map(|o| match o {
+            crate::links::Output::Handshake { msg, .. } => Some(msg),
+            _ => None,
+        })
+        .collect();
+    // The cookie reply the fuzzing layer gives an XX first message, and the
+    // first message sent again with that cookie.
+    let (mut l, _) = pair();
+    for msg in &first {
+        let mut back = Vec::new();
+        let _ = l.handle_handshake(endpoint(), msg, 1, &mut back);
+        for o in back {
+            if let crate::links::Output::Handshake { msg: cookie, .. } = o {
+                let mut again = Vec::new();
+                let _ = user.handle_handshake(endpoint(), &cookie, 1, &mut again);
+                seeds.push(cookie);
+                seeds.extend(again.into_iter().filter_map(|o| match o {
+                    crate::links::Output::Handshake { msg, .. } => Some(msg),
+                    _ => None,
+                }));
+            }
         }
     }
+    seeds.extend(first);
     let mut d = vec![0u8; 8 + crate::sa::OVERHEAD + 4];
     let n = d.len() as u8;
     d[..8].copy_from_slice(&[1, 0x80, 0xA0, 0x05, 0, 2, 0, n]);

@@ -19,7 +19,12 @@
 //! | 3 | XX first  | `-> e`            | empty |
 //! | 4 | XX second | `<- e, ee, s, es` | identity (96) ‖ sender index (4) ‖ receiver index (4) |
 //! | 5 | XX third  | `-> s, se`        | identity (96) ‖ timestamp µs (8) |
+//! | 6 | cookie reply | (not Noise)    | cookie (16): see [`crate::cookie`] |
 //!
+//! An XX first message is the ephemeral key alone (32 bytes) or, sent again
+//! after a cookie reply, the ephemeral key followed by the cookie (48). A
+//! cookie reply has sender index 0 and echoes the first message's sender
+//! index as its receiver index.
 //! Noise protocol names: `Noise_IK_25519_AESGCM_SHA256` and
 //! `Noise_XX_25519_AESGCM_SHA256`, prologue `anode/sane/v1`.
 
@@ -48,6 +53,8 @@ pub enum Kind {
     Xx2 = 4,
     /// XX third message.
     Xx3 = 5,
+    /// Cookie reply to an XX first message that carried no (valid) cookie.
+    Cookie = 6,
 }
 
 /// A checked handshake header.
@@ -88,6 +95,7 @@ fn min_noise_len(k: Kind) -> usize {
         Kind::Xx1 => 32,
         Kind::Xx2 => 32 + 48 + 104 + 16,
         Kind::Xx3 => 48 + 104 + 16,
+        Kind::Cookie => crate::cookie::COOKIE_LEN,
     }
 }
 
@@ -105,17 +113,26 @@ impl Header {
             3 => Kind::Xx1,
             4 => Kind::Xx2,
             5 => Kind::Xx3,
+            6 => Kind::Cookie,
             k => return Err(ParseError::BadKind(k)),
         };
         let sender = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
         let receiver = u32::from_be_bytes([h[8], h[9], h[10], h[11]]);
         let first = matches!(kind, Kind::IkInit | Kind::Xx1);
-        if h[1..4] != [0, 0, 0] || sender == 0 || (first != (receiver == 0)) {
+        if h[1..4] != [0, 0, 0] || (sender == 0) != (kind == Kind::Cookie) || (first != (receiver == 0)) {
             return Err(ParseError::BadHeader);
         }
         let body = &msg[HEADER_LEN..];
         if body.len() < min_noise_len(kind) {
             return Err(ParseError::Truncated(msg.len()));
+        }
+        let most = match kind {
+            Kind::Xx1 => Some(32 + crate::cookie::COOKIE_LEN),
+            Kind::Cookie => Some(crate::cookie::COOKIE_LEN),
+            _ => None,
+        };
+        if most.is_some_and(|m| body.len() > m) {
+            return Err(ParseError::Oversized(msg.len()));
         }
         Ok((Header { kind, sender, receiver }, body))
     }
@@ -155,5 +172,28 @@ mod tests {
         assert_eq!(Header::parse(&b), Err(ParseError::BadHeader));
         Header { kind: Kind::IkResp, sender: 7, receiver: 0 }.emit(&mut b);
         assert_eq!(Header::parse(&b), Err(ParseError::BadHeader));
+    }
+
+    #[test]
+    fn cookie_and_first_message_lengths() {
+        let cookie = |sender: u32, receiver: u32, body: usize| {
+            let mut m = vec![0u8; HEADER_LEN + body];
+            Header { kind: Kind::Cookie, sender, receiver }.emit(&mut m);
+            Header::parse(&m).map(|(h, b)| (h, b.len()))
+        };
+        let ok = Header { kind: Kind::Cookie, sender: 0, receiver: 9 };
+        assert_eq!(cookie(0, 9, 16), Ok((ok, 16)));
+        assert_eq!(cookie(1, 9, 16), Err(ParseError::BadHeader), "a cookie names no sender index");
+        assert_eq!(cookie(0, 0, 16), Err(ParseError::BadHeader), "a cookie answers someone");
+        assert_eq!(cookie(0, 9, 15), Err(ParseError::Truncated(HEADER_LEN + 15)));
+        assert_eq!(cookie(0, 9, 17), Err(ParseError::Oversized(HEADER_LEN + 17)));
+        let xx1 = |body: usize| {
+            let mut m = vec![0u8; HEADER_LEN + body];
+            Header { kind: Kind::Xx1, sender: 3, receiver: 0 }.emit(&mut m);
+            Header::parse(&m).map(|(_, b)| b.len())
+        };
+        assert_eq!(xx1(32), Ok(32));
+        assert_eq!(xx1(48), Ok(48), "with a cookie");
+        assert_eq!(xx1(49), Err(ParseError::Oversized(HEADER_LEN + 49)));
     }
 }

@@ -2,6 +2,8 @@
 //!
 //! - [`identity`]: Ed25519 identities, fingerprints, key files, and the
 //!   binding of an identity to its Noise static key.
+//! - [`cookie`]: cookie replies that stop XX first messages from forged
+//!   sources being reflected (WireGuard's cookie, QUIC's Retry).
 //! - [`handshake`]: framing of Noise IK and XX handshake messages (the key
 //!   establishment protocol of SANE §4.4, with today's protocol).
 //! - [`sa`]: security associations and the authentication header
@@ -16,6 +18,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cookie;
 pub mod fuzzing;
 pub mod handshake;
 pub mod identity;

@@ -124,6 +124,9 @@ pub enum HsReject {
     /// A response or third message for no handshake in progress.
     #[error("handshake message for no handshake in progress")]
     Unexpected,
+    /// An XX first message whose cookie is wrong or too old.
+    #[error("XX first message with a wrong or stale cookie")]
+    BadCookie,
 }
 
 /// What the node must do.
@@ -189,6 +192,8 @@ pub struct Stats {
     pub yielded: u64,
     /// SAs removed after expiry.
     pub expired: u64,
+    /// Cookie replies sent to XX first messages without a cookie.
+    pub cookies_sent: u64,
 }
 
 /// One peer's state, for `anode status`.
@@ -227,6 +232,10 @@ struct Pending {
     local_spi: u32,
     sent_ms: u64,
     xx: bool,
+    /// The first message as sent, to send again with a cookie.
+    first: Vec<u8>,
+    /// Whether it was sent again with a cookie (once per attempt).
+    cookie_sent: bool,
 }
 
 struct Peer {
@@ -327,6 +336,7 @@ pub struct Links {
     sources: HashMap<SocketAddr, Bucket>,
     global: Bucket,
     last_ts_sent: u64,
+    cookies: crate::cookie::Cookies,
     /// Statistics.
     pub stats: Stats,
 }
@@ -394,6 +404,7 @@ impl Links {
             sources: HashMap::new(),
             global,
             last_ts_sent: 0,
+            cookies: crate::cookie::Cookies::new(now_ms),
             stats: Stats::default(),
         })
     }
@@ -571,7 +582,7 @@ impl Links {
         let attempts = self.peers[i].attempts + 1;
         let retry = self.backoff(attempts);
         let p = &mut self.peers[i];
-        p.pending = Some(Pending { hs, local_spi: spi, sent_ms: now_ms, xx });
+        p.pending = Some(Pending { hs, local_spi: spi, sent_ms: now_ms, xx, first: msg.clone(), cookie_sent: false });
         p.attempts = attempts;
         p.next_attempt_ms = now_ms + retry;
         p.want = false;
@@ -612,7 +623,26 @@ impl Links {
             Kind::IkResp | Kind::Xx2 => self.initiator_finish(h, body, now_ms, out),
             Kind::Xx1 => self.xx_respond(from, h, body, now_ms, out),
             Kind::Xx3 => self.xx_finish(from, h, body, now_ms, out),
+            Kind::Cookie => self.cookie_received(h, body, out),
         }
+    }
+
+    /// A cookie reply to our XX first message: send it again with the
+    /// cookie appended (once per attempt, so forged replies cannot make us
+    /// send more).
+    fn cookie_received(&mut self, h: Header, cookie: &[u8], out: &mut Vec<Output>) -> Result<(), HsReject> {
+        let i = self
+            .peers
+            .iter()
+            .position(|p| p.pending.as_ref().is_some_and(|q| q.xx && !q.cookie_sent && q.local_spi == h.receiver))
+            .ok_or(HsReject::Unexpected)?;
+        let to = self.peers[i].endpoint.ok_or(HsReject::Unexpected)?;
+        let pd = self.peers[i].pending.as_mut().ok_or(HsReject::Unexpected)?;
+        pd.cookie_sent = true;
+        let mut msg = pd.first.clone();
+        msg.extend_from_slice(cookie);
+        out.push(Output::Handshake { to, peer: Some(i), msg });
+        Ok(())
     }
 
     fn check_ts(&self, peer: usize, ts: u64, now_ms: u64) -> Result<(), HsReject> {
@@ -768,6 +798,25 @@ impl Links {
         if !self.peers.iter().any(|p| p.kind == PeerKind::User) {
             return Err(HsReject::UnknownKey);
         }
+        // Anti-reflection: no Noise work and nothing larger than the request
+        // until the source has shown it receives at its address.
+        let (ephemeral, cookie) = match body.len() {
+            32 => (body, None),
+            n if n == 32 + crate::cookie::COOKIE_LEN => (&body[..32], Some(&body[32..])),
+            n => return Err(HsReject::Malformed(ParseError::Truncated(handshake::HEADER_LEN + n))),
+        };
+        let Some(cookie) = cookie else {
+            let mut msg = vec![0u8; handshake::HEADER_LEN];
+            Header { kind: Kind::Cookie, sender: 0, receiver: h.sender }.emit(&mut msg);
+            msg.extend_from_slice(&self.cookies.make(now_ms, from, h.sender, ephemeral));
+            self.stats.cookies_sent += 1;
+            out.push(Output::Handshake { to: from, peer: None, msg });
+            return Ok(());
+        };
+        if !self.cookies.check(now_ms, from, h.sender, ephemeral, cookie) {
+            return Err(HsReject::BadCookie);
+        }
+        let body = ephemeral;
         let mut hs = snow::Builder::new(self.xx.clone())
             .local_private_key(&self.x_secret[..])
             .and_then(|b| b.prologue(handshake::PROLOGUE))
@@ -910,6 +959,16 @@ impl Links {
         let inner = sa.open(buf, hdr, if encrypted { Mode::Encrypt } else { Mode::Authenticate }, now_ms)?;
         if !was_confirmed {
             self.promote(peer, spi, now_ms);
+        }
+        // A user who encrypts gets encrypted answers, whatever the node's
+        // default for users: the modes of the two ends then agree (a user
+        // tool that insists on encryption would drop authenticate-only
+        // answers). Only after the tag verified, and never downwards.
+        if encrypted
+            && let Some(p) = self.peers.get_mut(peer)
+            && p.kind != PeerKind::Neighbor
+        {
+            p.mode = Mode::Encrypt;
         }
         Ok(Opened { peer, inner })
     }

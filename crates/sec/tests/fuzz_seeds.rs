@@ -12,7 +12,7 @@ fn dir() -> PathBuf {
 #[test]
 fn seeds_and_mutations() {
     let fresh = fuzzing::seeds();
-    assert!(fresh.len() >= 3, "IK and XX first messages and a datagram");
+    assert!(fresh.len() >= 5, "IK and XX first messages, a cookie reply, XX with cookie, a datagram");
     if std::env::var_os("ANODE_BLESS").is_some() {
         let _ = std::fs::remove_dir_all(dir());
         std::fs::create_dir_all(dir()).expect("seed dir");

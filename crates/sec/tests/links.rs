@@ -441,12 +441,7 @@ fn user_connects_with_xx() {
     // An unlisted user completes the Noise handshake but is refused.
     let mut stranger = lone(id(8), vec![]);
     stranger.connect(ep(7001), None, Mode::Authenticate, 0);
-    let mut out = Vec::new();
-    stranger.poll(0, &mut out);
-    let Some(Output::Handshake { msg, .. }) = out.pop() else { panic!() };
-    let mut back = Vec::new();
-    node.handle_handshake(ep(9001), &msg, 1, &mut back).unwrap();
-    let Some(Output::Handshake { msg, .. }) = back.pop() else { panic!() };
+    let msg = second_message(&mut stranger, &mut node, ep(9001));
     let mut out = Vec::new();
     stranger.handle_handshake(ep(7001), &msg, 2, &mut out).unwrap();
     let Some(Output::Handshake { msg, .. }) = out.into_iter().find(|o| matches!(o, Output::Handshake { .. })) else {
@@ -457,13 +452,83 @@ fn user_connects_with_xx() {
     // A user expecting a different node key refuses the node.
     let mut wary = lone(id(7), vec![]);
     wary.connect(ep(7001), Some(id(5).public()), Mode::Authenticate, 0);
-    let mut out = Vec::new();
-    wary.poll(0, &mut out);
-    let Some(Output::Handshake { msg, .. }) = out.pop() else { panic!() };
-    let mut back = Vec::new();
-    node.handle_handshake(ep(9002), &msg, 1, &mut back).unwrap();
-    let Some(Output::Handshake { msg, .. }) = back.pop() else { panic!() };
+    let msg = second_message(&mut wary, &mut node, ep(9002));
     assert_eq!(wary.handle_handshake(ep(7001), &msg, 2, &mut Vec::new()), Err(HsReject::UnknownKey));
+}
+
+/// Runs an XX initiator's first flight against `node` from `from`: first
+/// message, cookie reply, first message again with the cookie. Returns the
+/// node's second message.
+fn second_message(user: &mut Links, node: &mut Links, from: SocketAddr) -> Vec<u8> {
+    let mut out = Vec::new();
+    user.poll(0, &mut out);
+    let Some(Output::Handshake { msg: first, .. }) = out.pop() else { panic!("no first message") };
+    let mut back = Vec::new();
+    node.handle_handshake(from, &first, 1, &mut back).unwrap();
+    let Some(Output::Handshake { msg: cookie, .. }) = back.pop() else { panic!("no cookie reply") };
+    let mut out = Vec::new();
+    user.handle_handshake(ep(7001), &cookie, 1, &mut out).unwrap();
+    let Some(Output::Handshake { msg: again, .. }) = out.pop() else { panic!("first message not sent again") };
+    let mut back = Vec::new();
+    node.handle_handshake(from, &again, 1, &mut back).unwrap();
+    let Some(Output::Handshake { msg, .. }) = back.pop() else { panic!("no second message") };
+    msg
+}
+
+#[test]
+fn xx_first_messages_get_a_small_cookie_reply_until_the_source_proves_its_address() {
+    let node_id = id(2);
+    let mut node = lone(node_id.clone(), vec![id(7).public()]);
+    let mut u = lone(id(7), vec![]);
+    let p = u.connect(ep(7001), Some(node_id.public()), Mode::Encrypt, 0);
+    let mut out = Vec::new();
+    u.poll(0, &mut out);
+    let Some(Output::Handshake { msg: first, .. }) = out.pop() else { panic!() };
+    // From any (claimed) source: a cookie reply no larger than the request,
+    // with nothing that names the node.
+    let mut back = Vec::new();
+    node.handle_handshake(ep(9000), &first, 1, &mut back).unwrap();
+    let Some(Output::Handshake { msg: cookie, to, .. }) = back.pop() else { panic!() };
+    assert_eq!(to, ep(9000));
+    assert!(cookie.len() < first.len(), "{} >= {}", cookie.len(), first.len());
+    assert!(!cookie.windows(32).any(|w| w == node_id.public().as_bytes()));
+    assert_eq!(node.stats.cookies_sent, 1);
+    let mut out = Vec::new();
+    u.handle_handshake(ep(7001), &cookie, 1, &mut out).unwrap();
+    let Some(Output::Handshake { msg: again, .. }) = out.pop() else { panic!() };
+    // A cookie is bound to its source address.
+    assert_eq!(node.handle_handshake(ep(9001), &again, 1, &mut Vec::new()), Err(HsReject::BadCookie));
+    // A forged or flipped cookie is refused.
+    let mut bad = again.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    assert_eq!(node.handle_handshake(ep(9000), &bad, 1, &mut Vec::new()), Err(HsReject::BadCookie));
+    // A second cookie reply does not make the initiator send again.
+    assert_eq!(u.handle_handshake(ep(7001), &cookie, 1, &mut Vec::new()), Err(HsReject::Unexpected));
+    // The right source with its cookie gets the second message, and the
+    // handshake completes.
+    let mut back = Vec::new();
+    node.handle_handshake(ep(9000), &again, 1, &mut back).unwrap();
+    let Some(Output::Handshake { msg: second, .. }) = back.pop() else { panic!() };
+    assert!(second.len() > first.len());
+    let mut out = Vec::new();
+    u.handle_handshake(ep(7001), &second, 2, &mut out).unwrap();
+    let Some(Output::Handshake { msg: third, .. }) = out.into_iter().find(|o| matches!(o, Output::Handshake { .. }))
+    else {
+        panic!()
+    };
+    node.handle_handshake(ep(9000), &third, 3, &mut Vec::new()).unwrap();
+    assert_eq!(node.stats.completed_xx, 1);
+    // The node's users default to authenticate-only; a user who encrypts
+    // gets encrypted answers (the modes of the two ends agree).
+    let mut v = vec![0u8; HDR + OVERHEAD + 2];
+    v[HDR + AH_LEN..HDR + AH_LEN + 2].copy_from_slice(b"hi");
+    let len = u.seal(p, &mut v, HDR, 2, 4).unwrap();
+    let o = node.open(&mut v[..len], HDR, true, 4).unwrap();
+    assert_eq!(node.mode(o.peer), Mode::Encrypt);
+    // Cookies expire: an old one is refused after two rotations.
+    let late = 1 + 2 * anode_sec::cookie::ROTATE_MS + 1;
+    assert_eq!(node.handle_handshake(ep(9000), &again, late, &mut Vec::new()), Err(HsReject::BadCookie));
 }
 
 #[test]
