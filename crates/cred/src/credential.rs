@@ -412,6 +412,11 @@ pub struct Grant {
     pub limits: Limits,
     /// The names under which the module becomes available.
     pub names: Vec<ModuleName>,
+    /// The earliest date any check of the token mentions (its expiry, for
+    /// the credentials this crate issues): from then on the decision may
+    /// change, so a loaded module must be authorized again (`None`: no
+    /// check mentions a date).
+    pub recheck_at: Option<SystemTime>,
 }
 
 /// Authorization decision counters.
@@ -665,14 +670,10 @@ impl Verifier {
         }
         // The decision may be reused until the earliest date any check mentions.
         let (_, _, checks, _) = az.dump();
-        let mut until = now + self.cfg.decision_ttl;
-        for d in checks.iter().flat_map(check_dates) {
-            let t = SystemTime::UNIX_EPOCH + Duration::from_secs(d);
-            if t < until {
-                until = t;
-            }
-        }
-        Ok((Grant { principal, admin, interfaces: granted_ifaces, limits, names }, until))
+        let recheck_at =
+            checks.iter().flat_map(check_dates).map(|d| SystemTime::UNIX_EPOCH + Duration::from_secs(d)).min();
+        let until = recheck_at.map_or(now + self.cfg.decision_ttl, |t| t.min(now + self.cfg.decision_ttl));
+        Ok((Grant { principal, admin, interfaces: granted_ifaces, limits, names, recheck_at }, until))
     }
 }
 

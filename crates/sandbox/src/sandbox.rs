@@ -360,6 +360,12 @@ pub struct SandboxCounters {
     pub channel_deliveries: u64,
     /// Capsule stores recycled to bound per-principal instances.
     pub capsule_store_recycles: u64,
+    /// Loads that found the same code already loaded for the same
+    /// principal under the same name (a retried request): no second copy.
+    pub reloads: u64,
+    /// Modules unloaded because their credential no longer allowed them
+    /// (expired, mostly).
+    pub credential_unloads: u64,
 }
 
 struct Space {
@@ -385,6 +391,20 @@ struct Loaded {
     interfaces: InterfaceSet,
     grant: Grant,
     counters: ModuleCounters,
+    /// The loader's name for it (loads are idempotent per principal, code and name).
+    local_name: Option<String>,
+    /// What its authorization is decided again with when a date its
+    /// credential mentions comes (modules only).
+    recheck: Option<Recheck>,
+}
+
+/// A loaded module's load request, kept to authorize it again.
+#[derive(Clone)]
+struct Recheck {
+    credential: Arc<[u8]>,
+    requester: Option<PrincipalId>,
+    limits: RequestedLimits,
+    info: CodeInfo,
 }
 
 struct ChannelRoute {
@@ -419,6 +439,8 @@ pub struct Sandbox {
     names: HashMap<ModuleName, ModuleId>,
     channels: Vec<ChannelRoute>,
     alarms: BinaryHeap<Reverse<(u64, ModuleId, i32)>>,
+    /// When loaded modules' credentials must be decided again (ms, module).
+    rechecks: BinaryHeap<Reverse<(u64, ModuleId)>>,
     fetches: HashMap<ModuleHash, Fetch>,
     pending: usize,
     next_id: u32,
@@ -461,6 +483,7 @@ impl Sandbox {
             names: HashMap::new(),
             channels: Vec::new(),
             alarms: BinaryHeap::new(),
+            rechecks: BinaryHeap::new(),
             fetches: HashMap::new(),
             pending: 0,
             next_id: 1,
@@ -673,11 +696,30 @@ impl Sandbox {
 
     /// [`Sandbox::load`], appending the actions of `anode_init` to `out`.
     pub fn load_with(&mut self, now: Now, spec: &LoadSpec<'_>, out: &mut Vec<Action>) -> Result<ModuleId, LoadError> {
+        self.load_once(now, spec, out).map(|(id, _)| id)
+    }
+
+    /// [`Sandbox::load_with`], saying whether the module was already
+    /// loaded: loads are idempotent, so a retried request (the same
+    /// principal, code and local name) finds the module it loaded before
+    /// and never loads a second copy. The credential is still decided
+    /// again, so a retry with a credential that no longer allows the
+    /// module is refused.
+    pub fn load_once(
+        &mut self,
+        now: Now,
+        spec: &LoadSpec<'_>,
+        out: &mut Vec<Action>,
+    ) -> Result<(ModuleId, bool), LoadError> {
         let r = self.load_inner(now, spec, out);
         match &r {
-            Ok(id) => {
+            Ok((id, false)) => {
                 self.counters.loads += 1;
                 info!(module = %id, size = spec.code.len(), "module loaded");
+            }
+            Ok((id, true)) => {
+                self.counters.reloads += 1;
+                debug!(module = %id, "module already loaded; not loaded again");
             }
             Err(e) => {
                 *self.counters.load_refused.entry(e.label()).or_default() += 1;
@@ -687,7 +729,77 @@ impl Sandbox {
         r
     }
 
-    fn load_inner(&mut self, now: Now, spec: &LoadSpec<'_>, out: &mut Vec<Action>) -> Result<ModuleId, LoadError> {
+    /// The module `principal` loaded from `hash` under `local_name`, if any.
+    fn find_loaded(&self, principal: PrincipalId, hash: ModuleHash, local_name: Option<&str>) -> Option<ModuleId> {
+        self.modules
+            .iter()
+            .find(|(_, m)| {
+                m.kind == ModuleKind::Module
+                    && m.principal == principal
+                    && m.hash == hash
+                    && m.local_name.as_deref() == local_name
+            })
+            .map(|(id, _)| *id)
+    }
+
+    /// Schedules the next decision on module `id`'s credential at `at`.
+    fn schedule_recheck(&mut self, now: Now, id: ModuleId, at: Option<std::time::SystemTime>) {
+        if let Some(t) = at {
+            let delay = t.duration_since(now.wall).map_or(0, |d| d.as_millis().min(u64::MAX as u128) as u64);
+            self.rechecks.push(Reverse((now.ms.saturating_add(delay), id)));
+        }
+    }
+
+    /// Decides again on the credentials of modules whose recheck time has
+    /// come; a module its credential no longer allows is unloaded.
+    fn recheck_due(&mut self, now: Now) {
+        while let Some(Reverse((at, id))) = self.rechecks.peek().copied() {
+            if at > now.ms {
+                break;
+            }
+            self.rechecks.pop();
+            let Some((rc, name, interfaces, principal)) = self
+                .modules
+                .get(&id)
+                .and_then(|m| Some((m.recheck.clone()?, m.local_name.clone(), m.interfaces, m.principal)))
+            else {
+                continue;
+            };
+            let req = LoadRequest {
+                credential: Some(&rc.credential),
+                requester: rc.requester,
+                code: &rc.info,
+                local_name: name.as_deref(),
+                interfaces,
+                limits: rc.limits,
+            };
+            match self.verifier.authorize(now.wall, &req) {
+                Ok(g) => {
+                    // Dates are whole seconds: a check that still holds at
+                    // its own date is looked at again a second later.
+                    let next = match g.recheck_at {
+                        Some(t) if t > now.wall => Some(t),
+                        Some(_) => Some(now.wall + std::time::Duration::from_secs(1)),
+                        None => None,
+                    };
+                    self.schedule_recheck(now, id, next);
+                }
+                Err(e) => {
+                    warn!(module = %id, principal = %principal, reason = %e,
+                          "module unloaded: its credential no longer allows it");
+                    self.unload(id);
+                    self.counters.credential_unloads += 1;
+                }
+            }
+        }
+    }
+
+    fn load_inner(
+        &mut self,
+        now: Now,
+        spec: &LoadSpec<'_>,
+        out: &mut Vec<Action>,
+    ) -> Result<(ModuleId, bool), LoadError> {
         if spec.code.len() > self.cfg.max_module {
             return Err(LoadError::TooLarge { size: spec.code.len(), max: self.cfg.max_module });
         }
@@ -697,9 +809,12 @@ impl Sandbox {
             None => self.inspect(spec.code)?,
         };
         let grant = self.authorize(now, &ins, spec.credential, spec.requester, spec.local_name, spec.limits)?;
+        let principal = grant.principal;
+        if let Some(id) = self.find_loaded(principal, hash, spec.local_name) {
+            return Ok((id, true));
+        }
         let pre = self.pre_for(spec.code, &ins, grant.interfaces)?;
         let max = self.cfg.modules_per_principal;
-        let principal = grant.principal;
         let live = self.tenants.get(&principal).and_then(|t| t.modules.as_ref()).map_or(0, |s| s.live);
         if live >= max {
             return Err(LoadError::TooManyModules(live));
@@ -710,7 +825,17 @@ impl Sandbox {
                 debug!(name = %n, old = %old, new = %id, "module name rebound");
             }
         }
-        Ok(id)
+        if let Some(m) = self.modules.get_mut(&id) {
+            m.local_name = spec.local_name.map(str::to_string);
+            m.recheck = spec.credential.map(|c| Recheck {
+                credential: c.into(),
+                requester: spec.requester,
+                limits: spec.limits,
+                info: ins.info.clone(),
+            });
+        }
+        self.schedule_recheck(now, id, grant.recheck_at);
+        Ok((id, false))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -804,6 +929,8 @@ impl Sandbox {
                 interfaces: ins.interfaces,
                 grant: grant.clone(),
                 counters: ModuleCounters::default(),
+                local_name: None,
+                recheck: None,
             },
         );
         self.apply_ops(ops);
@@ -983,14 +1110,14 @@ impl Sandbox {
     pub fn poll_at(&self) -> Option<u64> {
         let a = self.alarms.peek().map(|Reverse((d, _, _))| *d);
         let f = self.fetches.values().map(|f| f.deadline).min();
-        match (a, f) {
-            (Some(a), Some(f)) => Some(a.min(f)),
-            (a, f) => a.or(f),
-        }
+        let r = self.rechecks.peek().map(|Reverse((d, _))| *d);
+        [a, f, r].into_iter().flatten().min()
     }
 
-    /// Fires due alarms (at most [`SandboxConfig::alarms_per_poll`]) and expires fetches.
+    /// Fires due alarms (at most [`SandboxConfig::alarms_per_poll`]), expires
+    /// fetches, and unloads modules whose credentials no longer allow them.
     pub fn handle_timeout(&mut self, now: Now, out: &mut Vec<Action>) {
+        self.recheck_due(now);
         let mut fired = 0;
         while fired < self.cfg.alarms_per_poll {
             let Some(Reverse((d, module, handle))) = self.alarms.peek().copied() else { break };

@@ -501,3 +501,67 @@ fn sandbox_can_move_to_the_daemon_thread() {
     send::<Sandbox>();
     send::<anode_sandbox::Action>();
 }
+
+#[test]
+fn a_retried_load_finds_the_module_it_loaded() {
+    let mut sb = sandbox();
+    let code = module("counter");
+    let c = admin(user());
+    let named = |name: &'static str| LoadSpec { local_name: Some(name), ..spec(&code, Some(c.to_bytes())) };
+    let mut out = Vec::new();
+    let (a, again) = sb.load_once(now(0), &named("ctr"), &mut out).unwrap();
+    assert!(!again);
+    assert_eq!(sb.load_once(now(1), &named("ctr"), &mut out).unwrap(), (a, true), "same principal, code, name");
+    assert_eq!(sb.load(now(1), &named("ctr")).unwrap(), a);
+    assert_eq!(sb.modules(), vec![a]);
+    assert_eq!(sb.counters().reloads, 2);
+    assert_eq!(sb.counters().loads, 1);
+    // Another name, or another principal, is another module.
+    let b = sb.load(now(2), &named("ctr2")).unwrap();
+    let other = admin(PrincipalId([3; 32]));
+    let o = sb.load(now(2), &LoadSpec { local_name: Some("ctr"), ..spec(&code, Some(other.to_bytes())) }).unwrap();
+    assert_eq!(sb.modules().len(), 3);
+    assert!(a != b && b != o);
+    // After an unload the same request loads afresh.
+    assert!(sb.unload(a));
+    let (a2, again) = sb.load_once(now(3), &named("ctr"), &mut out).unwrap();
+    assert!(!again && a2 != a);
+}
+
+#[test]
+fn a_module_is_unloaded_when_its_credential_expires() {
+    let mut sb = sandbox();
+    let code = module("counter");
+    let ifaces = [Interface::State, Interface::Marshal, Interface::Log, Interface::Net];
+    let cred = |expires: u64| {
+        issuer()
+            .issue(
+                user(),
+                &anode_cred::GrantSpec {
+                    modules: vec![ModuleGrant::Hash(ModuleHash::of(&code))],
+                    interfaces: InterfaceSet::of(&ifaces),
+                    limits: limits(),
+                    expires: Some(now(expires).wall),
+                },
+            )
+            .unwrap()
+    };
+    let short = cred(5_000);
+    let id = sb.load(now(0), &spec(&code, Some(short.to_bytes()))).unwrap();
+    let long = cred(60_000);
+    let kept = sb.load(now(0), &LoadSpec { local_name: Some("long"), ..spec(&code, Some(long.to_bytes())) }).unwrap();
+    // The sandbox asks to be woken at the expiry.
+    assert_eq!(sb.poll_at(), Some(5_000));
+    let mut out = Vec::new();
+    sb.handle_timeout(now(4_999), &mut out);
+    assert_eq!(sb.modules().len(), 2, "not before its date");
+    sb.handle_timeout(now(5_000), &mut out);
+    assert_eq!(sb.modules(), vec![kept], "unloaded at its date; the other stays");
+    assert_eq!(sb.invoke(now(5_001), id, "incr", b"k", &mut out), Err(InvokeError::NoSuchModule));
+    assert_eq!(sb.counters().credential_unloads, 1);
+    assert_eq!(sb.poll_at(), Some(60_000));
+    // A credential without a date is never looked at again.
+    let mut sb = sandbox();
+    sb.load(now(0), &spec(&code, Some(admin(user()).to_bytes()))).unwrap();
+    assert_eq!(sb.poll_at(), None);
+}
