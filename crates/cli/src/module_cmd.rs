@@ -89,7 +89,8 @@ pub fn run(c: ModuleCmd) -> Result<ExitCode> {
                     {
                         let text = String::from_utf8_lossy(&buf[o.inner.start + ia.payload_start..o.inner.end]);
                         println!("{node}: {text}");
-                        return Ok(if text.starts_with("loaded") { ExitCode::SUCCESS } else { ExitCode::from(1) });
+                        let ok = text.starts_with("loaded") || text.starts_with("already loaded");
+                        return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) });
                     }
                 }
                 _ => {}

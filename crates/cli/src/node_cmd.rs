@@ -52,10 +52,18 @@ fn init_logging(filter: Option<&str>) -> Result<()> {
         Some(f) => EnvFilter::try_new(f).with_context(|| format!("bad --log filter {f:?}"))?,
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    // Every log line is rate-limited per source line: no input can flood
+    // the log (anode_node::daemon::ratelog).
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(daemon::ratelog::layer())
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+        )
         .init();
     Ok(())
 }

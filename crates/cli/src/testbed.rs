@@ -27,13 +27,11 @@
 //! pure functions; only [`run`] touches files and processes.
 
 use anode_node::config::{NodeConfig, Topology};
-use anode_node::local::{Reply, Request};
 use anyhow::{Context, Result, anyhow, bail};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
-use std::os::unix::net::UnixDatagram;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -212,9 +210,8 @@ fn interface_count(t: &Topology) -> usize {
     2 * t.links.len()
 }
 
-/// Checks what [`Topology::from_toml`] leaves to the user of a topology:
-/// names usable as directories and namespaces, no duplicate or self links,
-/// no node without links.
+/// Checks what a testbed needs beyond [`Topology::validate`] (which it also
+/// runs): names usable as directories and namespaces, no node without links.
 fn check_topology(t: &Topology) -> Result<()> {
     if t.nodes.is_empty() {
         bail!("the topology has no nodes");
@@ -232,16 +229,8 @@ fn check_topology(t: &Topology) -> Result<()> {
             );
         }
     }
-    let mut seen = BTreeSet::new();
-    for l in &t.links {
-        if l.a == l.b {
-            bail!("link {{ a = {:?}, b = {:?} }} joins a node to itself", l.a, l.b);
-        }
-        let key = if l.a < l.b { (l.a.as_str(), l.b.as_str()) } else { (l.b.as_str(), l.a.as_str()) };
-        if !seen.insert(key) {
-            bail!("link {}-{} is listed twice", key.0, key.1);
-        }
-    }
+    // Names, addresses and links: the node's own check.
+    t.validate().map_err(|e| anyhow!("{e}"))?;
     for n in &t.nodes {
         if links_of(t, &n.name).is_empty() {
             bail!(
@@ -527,6 +516,23 @@ fn log_tail(log: &Path) -> String {
 
 /// Creates `d` (or takes it over) readable by this user only: it holds the
 /// node's local API and control sockets.
+/// Writes `data` to `p` with exactly `mode`, whatever the umask (and
+/// whatever mode an existing file had).
+fn write_file(p: &Path, data: impl AsRef<[u8]>, mode: u32) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(p)
+        .with_context(|| format!("writing {}", p.display()))?;
+    f.set_permissions(fs::Permissions::from_mode(mode))
+        .with_context(|| format!("setting the mode of {}", p.display()))?;
+    f.write_all(data.as_ref()).with_context(|| format!("writing {}", p.display()))
+}
+
 fn private_dir(d: &Path) -> Result<()> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     fs::DirBuilder::new().recursive(true).mode(0o700).create(d).with_context(|| format!("creating {}", d.display()))?;
@@ -608,21 +614,12 @@ fn reserve_ports(n: usize, base: Option<u16>) -> Result<(Vec<u16>, Vec<UdpSocket
     Ok((ports, held))
 }
 
-/// Asks the node behind `sock` for its address (local API HELLO). Late
-/// answers to earlier probes, from this node or another, are skipped.
-fn hello(client: &UnixDatagram, sock: &Path) -> Option<Ipv4Addr> {
-    client.send_to(&Request::Hello.encode(), sock).ok()?;
-    let mut buf = [0u8; 512];
-    loop {
-        // Ends at the socket's read timeout.
-        let (n, from) = client.recv_from(&mut buf).ok()?;
-        if from.as_pathname() != Some(sock) {
-            continue;
-        }
-        if let Ok(Reply::Info { address, .. }) = Reply::decode(buf.get(..n)?) {
-            return Some(address);
-        }
-    }
+/// Asks the node whose run directory is `node_dir` for its address
+/// (local API HELLO).
+fn hello(node_dir: &Path) -> Option<Ipv4Addr> {
+    let mut c = anode_node::client::Client::connect(node_dir).ok()?;
+    c.set_timeout(Duration::from_millis(200));
+    c.hello().ok().map(|(a, _)| a)
 }
 
 /// A started node, until `up` returns.
@@ -645,11 +642,7 @@ fn abort(started: &mut [Started], namespaces: &[String]) {
 /// Waits until every started node answers HELLO with its address.
 fn wait_ready(started: &mut [Started], plan: &Plan, timeout: Duration) -> Result<()> {
     let deadline = Instant::now() + timeout;
-    let client_path = std::env::temp_dir().join(format!("anode-testbed-{}.sock", std::process::id()));
-    let _ = fs::remove_file(&client_path);
-    let client = UnixDatagram::bind(&client_path).with_context(|| format!("binding {}", client_path.display()))?;
-    client.set_read_timeout(Some(Duration::from_millis(200)))?;
-    let result = (|| {
+    (|| {
         for (s, p) in started.iter_mut().zip(&plan.nodes) {
             let sock = s.node_dir.join("app.sock");
             let log = s.node_dir.join("node.log");
@@ -663,7 +656,7 @@ fn wait_ready(started: &mut [Started], plan: &Plan, timeout: Duration) -> Result
                     );
                 }
                 if sock.exists() {
-                    match hello(&client, &sock) {
+                    match hello(&s.node_dir) {
                         Some(a) if a == p.address => break,
                         Some(a) => bail!("node {} answers with address {a}, expected {}", s.name, p.address),
                         None => {}
@@ -715,21 +708,28 @@ fn wait_ready(started: &mut [Started], plan: &Plan, timeout: Duration) -> Result
             }
         }
         Ok(())
-    })();
-    let _ = fs::remove_file(&client_path);
-    result
+    })()
 }
 
 fn up(a: UpArgs) -> Result<ExitCode> {
     let (text, topo) = read_topology(&a.topology)?;
-    fs::create_dir_all(&a.dir).with_context(|| format!("creating {}", a.dir.display()))?;
+    if !a.dir.exists() {
+        private_dir(&a.dir)?;
+    }
     let dir = fs::canonicalize(&a.dir).with_context(|| format!("resolving {}", a.dir.display()))?;
     let shown = dir.display();
     {
         use std::os::unix::fs::MetadataExt;
-        let owner = fs::metadata(&dir).with_context(|| format!("reading {shown}"))?.uid();
-        if my_uid().is_some_and(|me| me != owner) {
-            bail!("{shown} belongs to another user (uid {owner}): choose another --dir");
+        let m = fs::metadata(&dir).with_context(|| format!("reading {shown}"))?;
+        if my_uid().is_some_and(|me| me != m.uid()) {
+            bail!("{shown} belongs to another user (uid {}): choose another --dir", m.uid());
+        }
+        if m.mode() & 0o022 != 0 {
+            bail!(
+                "{shown} is writable by other users (mode {:o}): they could replace the nodes' files; chmod go-w it, \
+                 or choose another --dir",
+                m.mode() & 0o777
+            );
         }
     }
     let live = running(&dir);
@@ -803,11 +803,11 @@ fn up(a: UpArgs) -> Result<ExitCode> {
     }
 
     // Files: the topology copy, one config per node, the namespace script.
-    fs::write(dir.join("topology.toml"), &text).with_context(|| format!("writing {shown}/topology.toml"))?;
+    write_file(&dir.join("topology.toml"), &text, 0o644)?;
     for n in &plan.nodes {
         let nd = dir.join(&n.name);
         private_dir(&nd)?;
-        fs::write(nd.join("node.toml"), &n.config).with_context(|| format!("writing {}/node.toml", nd.display()))?;
+        write_file(&nd.join("node.toml"), &n.config, 0o644)?;
         let _ = fs::remove_file(nd.join("pid"));
     }
     if a.netns {
@@ -819,7 +819,7 @@ fn up(a: UpArgs) -> Result<ExitCode> {
             script.push_str(&c.join(" "));
             script.push('\n');
         }
-        fs::write(dir.join("netns.sh"), script).with_context(|| format!("writing {shown}/netns.sh"))?;
+        write_file(&dir.join("netns.sh"), script, 0o700)?;
     } else {
         let _ = fs::remove_file(dir.join("netns.sh"));
     }
@@ -840,8 +840,7 @@ fn up(a: UpArgs) -> Result<ExitCode> {
     // Namespaces first, recorded before they exist so `down` can always
     // clean up.
     if a.netns {
-        fs::write(dir.join("namespaces"), namespaces.join("\n") + "\n")
-            .with_context(|| format!("writing {shown}/namespaces"))?;
+        write_file(&dir.join("namespaces"), namespaces.join("\n") + "\n", 0o644)?;
         for c in &plan.netns_setup {
             if let Err(e) = run_cmd(c) {
                 delete_namespaces(&namespaces);
@@ -861,7 +860,11 @@ fn up(a: UpArgs) -> Result<ExitCode> {
         // A socket left by an earlier run would look ready.
         let _ = fs::remove_file(nd.join("app.sock"));
         let spawned = (|| -> Result<Child> {
-            let log = fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
+            write_file(&log_path, b"", 0o600)?;
+            let log = fs::OpenOptions::new()
+                .append(true)
+                .open(&log_path)
+                .with_context(|| format!("opening {}", log_path.display()))?;
             let mut cmd = match &n.namespace {
                 Some(ns) => {
                     let mut c = Command::new("ip");
@@ -876,8 +879,7 @@ fn up(a: UpArgs) -> Result<ExitCode> {
             // script around it) does not reach the nodes.
             cmd.process_group(0);
             let child = cmd.spawn().with_context(|| format!("starting {}", exe.display()))?;
-            fs::write(nd.join("pid"), format!("{}\n", child.id()))
-                .with_context(|| format!("writing {}/pid", nd.display()))?;
+            write_file(&nd.join("pid"), format!("{}\n", child.id()), 0o644)?;
             Ok(child)
         })();
         match spawned {
@@ -1074,6 +1076,7 @@ fn status(dir: &Path) -> Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
 
     fn topo(text: &str) -> Topology {
         Topology::from_toml(text).expect("topology")
@@ -1121,11 +1124,15 @@ link = [{ a = "a", b = "b" }, { a = "b", b = "c" }]
     fn bad_topologies_are_explained() {
         let e = |text: &str| check_topology(&topo(text)).expect_err("bad").to_string();
         let two = r#"node = [{ name = "a", address = "10.0.0.1" }, { name = "b", address = "10.0.0.2" }]"#;
+        // Duplicate and self links fail the node's own topology check.
+        let parse = |text: &str| Topology::from_toml(text).expect_err("bad").to_string();
         assert!(
-            e(&format!("{two}\nlink = [{{ a = \"a\", b = \"b\" }}, {{ a = \"b\", b = \"a\" }}]")).contains("twice")
+            parse(&format!("{two}\nlink = [{{ a = \"a\", b = \"b\" }}, {{ a = \"b\", b = \"a\" }}]"))
+                .contains("link a-b is listed twice")
         );
         assert!(
-            e(&format!("{two}\nlink = [{{ a = \"a\", b = \"a\" }}, {{ a = \"a\", b = \"b\" }}]")).contains("itself")
+            parse(&format!("{two}\nlink = [{{ a = \"a\", b = \"a\" }}, {{ a = \"a\", b = \"b\" }}]"))
+                .contains("joins node \"a\" to itself")
         );
         assert!(e(two).contains("no links"));
         assert!(e(r#"node = [{ name = "a/b", address = "10.0.0.1" }]"#).contains("not usable"));

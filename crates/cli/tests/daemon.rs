@@ -14,7 +14,7 @@ use anode_snap::value::Value as SnapValue;
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
-use std::os::unix::net::UnixDatagram;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -138,7 +138,8 @@ impl Drop for Daemon {
 /// Three nodes in a line 10.0.0.1 — 10.0.0.2 — 10.0.0.3 with a shared
 /// topology file. `extra[i]` is appended to node i+1's config.
 struct Line {
-    dir: TempDir,
+    /// Removed when the line is dropped.
+    _dir: TempDir,
     /// UDP listen ports: n1 east, n2 west, n2 east, n3 west.
     ports: Vec<u16>,
     configs: Vec<PathBuf>,
@@ -169,7 +170,7 @@ impl Line {
             std::fs::write(&cfg, text).expect("config");
             configs.push(cfg);
         }
-        Line { dir, ports: p, configs }
+        Line { _dir: dir, ports: p, configs }
     }
 
     fn start(&self) -> Vec<Daemon> {
@@ -177,28 +178,35 @@ impl Line {
     }
 }
 
-/// A local-API client: a datagram socket bound in the test directory.
+/// A raw local-API client: its own `SOCK_SEQPACKET` connection to the
+/// node's app.sock, sending any bytes it is given.
 struct Client {
-    sock: UnixDatagram,
-    node: PathBuf,
+    sock: std::os::fd::OwnedFd,
 }
 
 impl Client {
-    fn new(dir: &Path, name: &str, node: &Daemon) -> Client {
-        let path = dir.join(name);
-        let _ = std::fs::remove_file(&path);
-        let sock = UnixDatagram::bind(&path).expect("client bind");
-        sock.set_read_timeout(Some(TIMEOUT)).expect("timeout");
-        Client { sock, node: node.run_dir.join(APP_SOCKET) }
+    fn new(node: &Daemon) -> Client {
+        use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, connect, setsockopt, socket, sockopt};
+        let sock = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None).expect("socket");
+        let addr = UnixAddr::new(&node.run_dir.join(APP_SOCKET)).expect("address");
+        connect(sock.as_raw_fd(), &addr).expect("connect");
+        let t = nix::sys::time::TimeVal::new(TIMEOUT.as_secs() as i64, 0);
+        setsockopt(&sock, sockopt::ReceiveTimeout, &t).expect("timeout");
+        Client { sock }
+    }
+
+    fn send_raw(&self, b: &[u8]) {
+        nix::sys::socket::send(self.sock.as_raw_fd(), b, nix::sys::socket::MsgFlags::MSG_NOSIGNAL).expect("send");
     }
 
     fn send(&self, r: &Request<'_>) {
-        self.sock.send_to(&r.encode(), &self.node).expect("send to node");
+        self.send_raw(&r.encode());
     }
 
     fn recv(&self) -> Vec<u8> {
         let mut b = vec![0; 70_000];
-        let n = self.sock.recv(&mut b).expect("reply within the timeout");
+        let n = nix::sys::socket::recv(self.sock.as_raw_fd(), &mut b, nix::sys::socket::MsgFlags::empty())
+            .expect("reply within the timeout");
         b.truncate(n);
         b
     }
@@ -277,7 +285,7 @@ fn wait_status(d: &Daemon, what: &str, cond: impl Fn(&Value) -> bool) -> Value {
 fn ping_through_three_daemons_and_a_restarted_middle() {
     let line = Line::new("ping", ["", "metrics = \"127.0.0.1:0\"", ""]);
     let mut nodes = line.start();
-    let c = Client::new(&line.dir.0, "c1.sock", &nodes[0]);
+    let c = Client::new(&nodes[0]);
 
     let info = c.call(&Request::Hello);
     assert_eq!(Reply::decode(&info), Ok(Reply::Info { address: addr(1), mtu: 1400 }));
@@ -327,15 +335,16 @@ fn ping_through_three_daemons_and_a_restarted_middle() {
     let s2 = wait_status(&nodes[1], "restarted node 2 forwarding", |v| count(v, &["packets", "snap_forwarded"]) == 2);
     assert_eq!(count(&s2, &["packets", "rx_snap"]), 2, "counters start afresh");
 
-    // A client that went away loses its port at the next delivery.
-    let gone = Client::new(&line.dir.0, "gone.sock", &nodes[0]);
+    // A client that goes away loses its port at once; a delivery to it
+    // then finds no listener.
+    let gone = Client::new(&nodes[0]);
     assert_eq!(Reply::decode(&gone.call(&Request::Register(5000))), Ok(Reply::Ok));
     drop(gone);
-    let pkt = ping_packet(addr(1), addr(3), 5000);
-    assert_eq!(Reply::decode(&c.call(&Request::Inject(&pkt))), Ok(Reply::Ok));
     let s1 = wait_status(&nodes[0], "client gone", |v| count(v, &["local", "clients_gone"]) == 1);
     assert_eq!(s1["local"]["ports"], serde_json::json!([4242]));
-    assert_eq!(count(&s1, &["drops", "no_listener"]), 1);
+    let pkt = ping_packet(addr(1), addr(3), 5000);
+    assert_eq!(Reply::decode(&c.call(&Request::Inject(&pkt))), Ok(Reply::Ok));
+    wait_status(&nodes[0], "no listener", |v| count(v, &["drops", "no_listener"]) == 1);
     ping(&c, 4242);
 
     for n in &mut nodes {
@@ -415,11 +424,16 @@ fn bad_input_is_counted_and_the_line_still_works() {
     assert_eq!(count(&v, &["packets", "snap_forwarded"]), 0);
 
     // Bad requests on the application socket get ERROR replies.
-    let c = Client::new(&line.dir.0, "c.sock", &nodes[0]);
-    for bad in [&[][..], &[0x09], &[0x02, 1], &[0x01, 0]] {
-        c.sock.send_to(bad, nodes[0].run_dir.join(APP_SOCKET)).expect("send");
+    let c = Client::new(&nodes[0]);
+    for bad in [&[0x09][..], &[0x02, 1], &[0x01, 0]] {
+        c.send_raw(bad);
         assert!(matches!(Reply::decode(&c.recv()), Ok(Reply::Error(_))), "{bad:?}");
     }
+    // An empty message cannot be told from the end of the connection: the
+    // node closes it.
+    let e = Client::new(&nodes[0]);
+    e.send_raw(&[]);
+    assert!(e.recv().is_empty(), "closed");
     let r = c.call(&Request::Inject(b"not a packet"));
     assert!(matches!(Reply::decode(&r), Ok(Reply::Error(e)) if e.contains("faulted")), "{r:?}");
 
@@ -540,7 +554,7 @@ fn stale_sockets_are_replaced() {
     std::fs::create_dir_all(&run).expect("run");
     std::fs::set_permissions(&run, std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("mode");
     // Sockets left by a node that died: bound, then closed.
-    drop(UnixDatagram::bind(run.join(APP_SOCKET)).expect("stale app"));
+    drop(std::os::unix::net::UnixDatagram::bind(run.join(APP_SOCKET)).expect("stale app"));
     drop(std::os::unix::net::UnixListener::bind(run.join(CONTROL_SOCKET)).expect("stale control"));
     let cfg = dir.0.join("node.toml");
     std::fs::write(

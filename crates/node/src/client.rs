@@ -14,20 +14,19 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The client binds its own datagram socket at a unique path in the
-//! temporary directory (removed when the client is dropped; sockets of
-//! clients that were killed are swept up by the next one) and connects it
-//! to `<run_dir>/app.sock`. Every request waits for the node's OK (or INFO)
-//! or ERROR; DELIVER messages that arrive meanwhile are queued for
-//! [`Client::recv`].
+//! The client opens one `SOCK_SEQPACKET` connection to `<run_dir>/app.sock`
+//! (the node serves each client on its own connection, so one client that
+//! stops reading cannot block another). Every request waits for the node's
+//! OK (or INFO) or ERROR; DELIVER messages that arrive meanwhile are queued
+//! for [`Client::recv`]. Ports the client registered are released when it
+//! is dropped (the node sees the connection close).
 
 use crate::local::{self, LocalError, Reply, Request};
 use core::net::Ipv4Addr;
+use socket2::{Domain, SockAddr, Socket, Type};
 use std::collections::VecDeque;
-use std::io;
-use std::os::unix::net::UnixDatagram;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// Name of the node's application socket inside its run directory.
@@ -35,9 +34,6 @@ pub const APP_SOCKET: &str = "app.sock";
 
 /// How long a request waits for its answer by default.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Longest socket path the kernel accepts (`sun_path` less its NUL).
-const MAX_SOCKET_PATH: usize = 107;
 
 /// A failed local-API exchange.
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +77,13 @@ pub enum ClientError {
     /// A request larger than the API allows.
     #[error("message of {0} bytes exceeds the local API limit of {max} bytes", max = local::MAX_MESSAGE)]
     TooLarge(usize),
+    /// The node closed the connection (it stopped, or it disconnected this
+    /// client for leaving its deliveries unread too long).
+    #[error("the node at {} closed the connection", .path.display())]
+    Closed {
+        /// The node's socket.
+        path: PathBuf,
+    },
     /// A socket operation failed.
     #[error("{what}: {source}")]
     Io {
@@ -95,8 +98,7 @@ pub enum ClientError {
 /// A connection to a node's local application API.
 #[derive(Debug)]
 pub struct Client {
-    sock: UnixDatagram,
-    own_path: PathBuf,
+    sock: Socket,
     node_path: PathBuf,
     timeout: Duration,
     queued: VecDeque<(u16, Vec<u8>)>,
@@ -106,45 +108,6 @@ pub struct Client {
 /// The socket path of the node whose run directory is `run_dir`.
 pub fn socket_path(run_dir: &Path) -> PathBuf {
     run_dir.join(APP_SOCKET)
-}
-
-fn unique_path() -> PathBuf {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or_default();
-    let name = format!("anode-client-{}-{n}-{nanos:08x}.sock", std::process::id());
-    let dir = std::env::temp_dir();
-    let p = dir.join(&name);
-    if p.as_os_str().len() <= MAX_SOCKET_PATH { p } else { Path::new("/tmp").join(name) }
-}
-
-/// Removes client sockets left behind by clients that were killed before
-/// they could clean up (`anode ping` stopped with Ctrl-C): files named like
-/// ours in `dir` whose process no longer exists. Only where `/proc` shows
-/// which processes exist.
-fn sweep_stale(dir: &Path) {
-    if !Path::new("/proc/self").exists() {
-        return;
-    }
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("anode-client-"))
-            .filter(|n| n.ends_with(".sock"))
-            .and_then(|n| n.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if !Path::new("/proc").join(pid.to_string()).exists() {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
 }
 
 fn is_no_node(e: &io::Error) -> bool {
@@ -158,22 +121,17 @@ impl Client {
         if !node_path.exists() {
             return Err(ClientError::NoNode { path: node_path });
         }
-        let own_path = unique_path();
-        if let Some(dir) = own_path.parent() {
-            sweep_stale(dir);
-        }
-        let sock = UnixDatagram::bind(&own_path)
-            .map_err(|source| ClientError::Io { what: format!("binding {}", own_path.display()), source })?;
-        // From here on `c` removes `own_path` when dropped, even on error.
+        let io = |what: &str, source| ClientError::Io { what: format!("{what} {}", node_path.display()), source };
+        let addr = SockAddr::unix(&node_path).map_err(|e| io("addressing", e))?;
+        let sock = Socket::new(Domain::UNIX, Type::SEQPACKET, None).map_err(|e| io("a socket for", e))?;
         let c = Client {
             sock,
-            own_path,
-            node_path,
+            node_path: node_path.clone(),
             timeout: DEFAULT_REQUEST_TIMEOUT,
             queued: VecDeque::new(),
             buf: vec![0; local::MAX_MESSAGE + 64],
         };
-        c.sock.connect(&c.node_path).map_err(|source| c.io_error("connecting", source))?;
+        c.sock.connect(&addr).map_err(|source| c.io_error("connecting to", source))?;
         Ok(c)
     }
 
@@ -193,6 +151,10 @@ impl Client {
         } else {
             ClientError::Io { what: format!("{what} {}", self.node_path.display()), source }
         }
+    }
+
+    fn closed(&self) -> ClientError {
+        ClientError::Closed { path: self.node_path.clone() }
     }
 
     /// Asks for the node's address and SNAP MTU.
@@ -261,6 +223,7 @@ impl Client {
             match self.sock.send(&msg) {
                 Ok(_) => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Err(self.closed()),
                 Err(e) => return Err(self.io_error(&format!("sending {name} to"), e)),
             }
         }
@@ -285,7 +248,7 @@ impl Client {
         }
     }
 
-    /// Receives one datagram into `self.buf`, or `None` at the deadline.
+    /// Receives one message into `self.buf`, or `None` at the deadline.
     fn recv_until(&mut self, deadline: Instant) -> Result<Option<usize>, ClientError> {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -296,7 +259,8 @@ impl Client {
             self.sock
                 .set_read_timeout(Some(left.max(Duration::from_millis(1))))
                 .map_err(|source| ClientError::Io { what: "setting a socket timeout".into(), source })?;
-            match self.sock.recv(&mut self.buf) {
+            match (&self.sock).read(&mut self.buf) {
+                Ok(0) => return Err(self.closed()),
                 Ok(n) => return Ok(Some(n)),
                 Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => continue,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -311,32 +275,32 @@ enum Answer {
     Info(Ipv4Addr, u16),
 }
 
-impl Drop for Client {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.own_path);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
     use std::thread;
 
-    /// A fake node on a socket in a fresh directory: answers with `answer`.
+    /// A fake node on a socket in a fresh directory: serves one connection,
+    /// answering each request with `answer`, until UNREGISTER 0.
     fn fake_node(answer: impl Fn(Request<'_>) -> Vec<Vec<u8>> + Send + 'static) -> (PathBuf, thread::JoinHandle<()>) {
         let dir = std::env::temp_dir().join(format!("anode-client-test-{}-{}", std::process::id(), unique_suffix()));
         std::fs::create_dir_all(&dir).expect("mkdir");
-        let node = UnixDatagram::bind(socket_path(&dir)).expect("bind node");
-        node.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+        let node = Socket::new(Domain::UNIX, Type::SEQPACKET, None).expect("socket");
+        node.bind(&SockAddr::unix(socket_path(&dir)).expect("addr")).expect("bind node");
+        node.listen(4).expect("listen");
         let h = thread::spawn(move || {
+            let Ok((conn, _)) = node.accept() else { return };
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
             let mut buf = vec![0; 70_000];
-            while let Ok((n, from)) = node.recv_from(&mut buf) {
+            while let Ok(n) = (&conn).read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
                 let Ok(req) = Request::decode(&buf[..n]) else { continue };
                 let stop = req == Request::Unregister(0);
                 for m in answer(req) {
-                    if let Some(p) = from.as_pathname() {
-                        let _ = node.send_to(&m, p);
-                    }
+                    let _ = conn.send(&m);
                 }
                 if stop {
                     break;
@@ -364,8 +328,6 @@ mod tests {
             _ => vec![Reply::Ok.encode()],
         });
         let mut c = Client::connect(&dir).expect("connect");
-        let own = c.own_path.clone();
-        assert!(own.exists());
         assert_eq!(c.hello().expect("hello"), (Ipv4Addr::new(10, 0, 0, 1), 1400));
         c.register(9).expect("register");
         c.inject(b"packet").expect("inject");
@@ -379,32 +341,13 @@ mod tests {
         h.join().expect("fake node");
         c.set_timeout(Duration::from_millis(50));
         let e = c.hello().expect_err("node gone");
-        assert!(matches!(e, ClientError::Timeout { .. } | ClientError::NoNode { .. }), "{e}");
-        drop(c);
-        assert!(!own.exists(), "client socket removed on drop");
+        assert!(matches!(e, ClientError::Closed { .. }), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn same_socket_name_as_the_daemon() {
         assert_eq!(APP_SOCKET, crate::daemon::APP_SOCKET);
-    }
-
-    #[test]
-    fn stale_sockets_of_dead_clients_are_removed() {
-        let dir = std::env::temp_dir().join(format!("anode-client-sweep-{}-{}", std::process::id(), unique_suffix()));
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        // No process has pid u32::MAX - 1; this one is alive.
-        let dead = dir.join(format!("anode-client-{}-0-0.sock", u32::MAX - 1));
-        let alive = dir.join(format!("anode-client-{}-0-0.sock", std::process::id()));
-        let other = dir.join("unrelated.sock");
-        for p in [&dead, &alive, &other] {
-            std::fs::write(p, b"").expect("file");
-        }
-        sweep_stale(&dir);
-        assert_eq!(dead.exists(), !Path::new("/proc/self").exists());
-        assert!(alive.exists() && other.exists());
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -36,6 +36,17 @@ pub enum ConfigError {
         /// The bad next hop.
         via: Ipv4Addr,
     },
+    /// A `[local]` setting out of range.
+    #[error("[local] {key} {reason}")]
+    BadLocalSetting {
+        /// The key.
+        key: &'static str,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// `max_resource_bound` is 0 (no packet could ever run).
+    #[error("max_resource_bound must be at least 1")]
+    BadMaxResourceBound,
     /// The MTU is outside the supported range.
     #[error("mtu {0} outside 128..=8192")]
     BadMtu(usize),
@@ -45,6 +56,31 @@ pub enum ConfigError {
     /// A topology defines a node twice.
     #[error("topology defines node {0:?} twice")]
     DuplicateNode(String),
+    /// Two topology nodes share an address.
+    #[error("topology address {address} is used by both {first:?} and {second:?}")]
+    DuplicateAddress {
+        /// The address.
+        address: Ipv4Addr,
+        /// The node that has it first.
+        first: String,
+        /// The node that has it again.
+        second: String,
+    },
+    /// A topology link joins a node to itself.
+    #[error("topology link joins node {0:?} to itself")]
+    SelfLink(String),
+    /// A topology link appears twice (in either direction).
+    #[error("topology link {0}-{1} is listed twice")]
+    DuplicateLink(String, String),
+    /// A neighbour's endpoint is one of this node's own listen addresses:
+    /// everything sent to it would come straight back.
+    #[error("neighbour {neighbor} has endpoint {endpoint}, which is this node's own listen address")]
+    EndpointIsSelf {
+        /// The neighbour.
+        neighbor: Ipv4Addr,
+        /// Its endpoint.
+        endpoint: SocketAddr,
+    },
     /// This node's address is not in the topology.
     #[error("this node's address {0} is not in the topology")]
     NotInTopology(Ipv4Addr),
@@ -80,6 +116,15 @@ pub enum ConfigError {
 
 fn default_mtu() -> usize {
     anode_snap::vm::DEFAULT_MTU
+}
+
+/// Default [`NodeConfig::max_resource_bound`]: like IP's usual initial TTL,
+/// enough for a traceroute of nine hops, and a packet's whole tree of
+/// descendants then causes at most 64 transmissions network-wide.
+pub const DEFAULT_MAX_RESOURCE_BOUND: u16 = 64;
+
+fn default_max_rb() -> u16 {
+    DEFAULT_MAX_RESOURCE_BOUND
 }
 
 /// One neighbour on an interface.
@@ -238,6 +283,48 @@ pub struct ModuleLoad {
     pub name: Option<String>,
 }
 
+/// The `[local]` section: the local application API and the control
+/// socket (see `docs/node.md`, "Local trust model").
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LocalConfig {
+    /// Application clients connected at once.
+    pub max_clients: usize,
+    /// Ports one application client may register.
+    pub max_ports_per_client: usize,
+    /// Messages the node queues for one client whose socket is full;
+    /// beyond this its deliveries are dropped (`app_queue_full`).
+    pub client_queue: usize,
+    /// A client that leaves its queue unread this long is disconnected.
+    pub stall_timeout_ms: u64,
+    /// Group allowed to use `app.sock` and `control.sock` (mode 0660, run
+    /// directory 0750); without it only the node's user may (0600, 0700).
+    pub socket_group: Option<String>,
+    /// Control-socket connections open at once (the oldest is closed for a
+    /// new one).
+    pub max_control_conns: usize,
+    /// Metrics connections open at once (the oldest is closed for a new one).
+    pub max_metrics_conns: usize,
+    /// A control or metrics connection must deliver its whole request and
+    /// take its whole answer within this time.
+    pub request_timeout_ms: u64,
+}
+
+impl Default for LocalConfig {
+    fn default() -> Self {
+        LocalConfig {
+            max_clients: 64,
+            max_ports_per_client: 64,
+            client_queue: 256,
+            stall_timeout_ms: 5_000,
+            socket_group: None,
+            max_control_conns: 16,
+            max_metrics_conns: 16,
+            request_timeout_ms: 2_000,
+        }
+    }
+}
+
 /// A node's configuration file.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -247,6 +334,12 @@ pub struct NodeConfig {
     /// Largest SNAP packet, in bytes.
     #[serde(default = "default_mtu")]
     pub mtu: usize,
+    /// Largest resource bound a SNAP packet may carry into this node
+    /// (injected or arriving); a larger one is lowered to it and counted
+    /// (`rb_clamped`). SNAP bounds a packet's total transmissions by its
+    /// resource bound, so this bounds what one datagram can cause.
+    #[serde(default = "default_max_rb")]
+    pub max_resource_bound: u16,
     /// Directory for the control and application sockets.
     pub run_dir: Option<PathBuf>,
     /// Prometheus metrics listen address (off when absent).
@@ -261,6 +354,9 @@ pub struct NodeConfig {
     pub security: Option<SecurityConfig>,
     /// Switchlets and capsules (off when the section is absent).
     pub modules: Option<ModulesConfig>,
+    /// The local application API and control socket.
+    #[serde(default)]
+    pub local: LocalConfig,
 }
 
 impl NodeConfig {
@@ -275,6 +371,26 @@ impl NodeConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !(128..=8192).contains(&self.mtu) {
             return Err(ConfigError::BadMtu(self.mtu));
+        }
+        if self.max_resource_bound == 0 {
+            return Err(ConfigError::BadMaxResourceBound);
+        }
+        let l = &self.local;
+        for (name, v) in [
+            ("max_clients", l.max_clients as u64),
+            ("max_ports_per_client", l.max_ports_per_client as u64),
+            ("client_queue", l.client_queue as u64),
+            ("max_control_conns", l.max_control_conns as u64),
+            ("max_metrics_conns", l.max_metrics_conns as u64),
+        ] {
+            if v == 0 {
+                return Err(ConfigError::BadLocalSetting { key: name, reason: "must be at least 1" });
+            }
+        }
+        for (name, v) in [("stall_timeout_ms", l.stall_timeout_ms), ("request_timeout_ms", l.request_timeout_ms)] {
+            if v < 100 {
+                return Err(ConfigError::BadLocalSetting { key: name, reason: "must be at least 100 ms" });
+            }
         }
         if self.interfaces.is_empty() {
             return Err(ConfigError::NoInterfaces);
@@ -293,6 +409,18 @@ impl NodeConfig {
                 if !nbrs.insert(n.address) {
                     return Err(ConfigError::DuplicateNeighbor(n.address));
                 }
+            }
+        }
+        for n in self.interfaces.iter().flat_map(|i| &i.neighbors) {
+            let ep = n.endpoint;
+            let is_self = |l: &SocketAddr| {
+                *l == ep
+                    || (l.port() == ep.port()
+                        && l.ip().is_unspecified()
+                        && (ep.ip().is_loopback() || ep.ip() == l.ip()))
+            };
+            if listens.iter().any(is_self) {
+                return Err(ConfigError::EndpointIsSelf { neighbor: n.address, endpoint: ep });
             }
         }
         for r in &self.routes.static_routes {
@@ -393,21 +521,44 @@ impl Topology {
     /// Parses and validates a topology.
     pub fn from_toml(text: &str) -> Result<Topology, ConfigError> {
         let t: Topology = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        t.validate()?;
+        Ok(t)
+    }
+
+    /// Checks the rules the schema alone cannot: unique names and
+    /// addresses, links between two distinct known nodes, each link once.
+    /// The node and `anode testbed` use this one check.
+    pub fn validate(&self) -> Result<(), ConfigError> {
         let mut names = BTreeSet::new();
-        let mut addrs = BTreeSet::new();
-        for n in &t.nodes {
-            if !names.insert(n.name.as_str()) || !addrs.insert(n.address) {
+        let mut addrs: BTreeMap<Ipv4Addr, &str> = BTreeMap::new();
+        for n in &self.nodes {
+            if !names.insert(n.name.as_str()) {
                 return Err(ConfigError::DuplicateNode(n.name.clone()));
             }
+            if let Some(first) = addrs.insert(n.address, n.name.as_str()) {
+                return Err(ConfigError::DuplicateAddress {
+                    address: n.address,
+                    first: first.to_string(),
+                    second: n.name.clone(),
+                });
+            }
         }
-        for l in &t.links {
+        let mut links = BTreeSet::new();
+        for l in &self.links {
             for end in [&l.a, &l.b] {
                 if !names.contains(end.as_str()) {
                     return Err(ConfigError::UnknownNode(end.clone()));
                 }
             }
+            if l.a == l.b {
+                return Err(ConfigError::SelfLink(l.a.clone()));
+            }
+            let key = if l.a < l.b { (l.a.as_str(), l.b.as_str()) } else { (l.b.as_str(), l.a.as_str()) };
+            if !links.insert(key) {
+                return Err(ConfigError::DuplicateLink(key.0.to_string(), key.1.to_string()));
+            }
         }
-        Ok(t)
+        Ok(())
     }
 
     /// The address of the node called `name`.
@@ -493,6 +644,53 @@ mod tests {
         assert!(e(&NODE.replace("address = \"10.0.0.3\"", "address = \"10.0.0.2\"")).contains("own address"));
         assert!(e(&format!("mtu = 10\n{NODE}")).contains("mtu 10"));
         assert!(e(&format!("bogus = 1\n{NODE}")).contains("unknown field"));
+    }
+
+    #[test]
+    fn topology_errors_name_what_is_wrong() {
+        let e = |t: &str| Topology::from_toml(t).expect_err("invalid");
+        let two = "node = [{ name = \"a\", address = \"10.0.0.1\" }, { name = \"b\", address = \"10.0.0.2\" }]\n";
+        assert_eq!(e(&format!("{two}link = [{{ a = \"a\", b = \"a\" }}]")), ConfigError::SelfLink("a".into()));
+        assert_eq!(
+            e(&format!("{two}link = [{{ a = \"b\", b = \"a\" }}, {{ a = \"a\", b = \"b\" }}]")),
+            ConfigError::DuplicateLink("a".into(), "b".into())
+        );
+        assert_eq!(
+            e("node = [{ name = \"a\", address = \"10.0.0.1\" }, { name = \"a\", address = \"10.0.0.2\" }]"),
+            ConfigError::DuplicateNode("a".into())
+        );
+        let dup = e("node = [{ name = \"a\", address = \"10.0.0.1\" }, { name = \"b\", address = \"10.0.0.1\" }]");
+        assert_eq!(dup.to_string(), "topology address 10.0.0.1 is used by both \"a\" and \"b\"");
+        assert_eq!(e(&format!("{two}link = [{{ a = \"a\", b = \"z\" }}]")), ConfigError::UnknownNode("z".into()));
+    }
+
+    #[test]
+    fn a_neighbour_at_our_own_listen_address_is_refused() {
+        let me = NodeConfig::from_toml(NODE).expect("valid");
+        let listen = me.interfaces[0].listen;
+        let mut c = me.clone();
+        c.interfaces[1].neighbors[0].endpoint = listen;
+        let e = c.validate().expect_err("loops to itself");
+        assert!(matches!(e, ConfigError::EndpointIsSelf { endpoint, .. } if endpoint == listen), "{e}");
+        let mut c = me.clone();
+        c.interfaces[0].listen = SocketAddr::from(([0, 0, 0, 0], listen.port()));
+        c.interfaces[1].neighbors[0].endpoint = SocketAddr::from(([127, 0, 0, 1], listen.port()));
+        assert!(matches!(c.validate(), Err(ConfigError::EndpointIsSelf { .. })), "wildcard listen, loopback endpoint");
+    }
+
+    #[test]
+    fn limits_in_range() {
+        let e = |t: &str| NodeConfig::from_toml(t).expect_err("invalid").to_string();
+        assert_eq!(e(&format!("max_resource_bound = 0\n{NODE}")), "max_resource_bound must be at least 1");
+        assert_eq!(NodeConfig::from_toml(NODE).expect("valid").max_resource_bound, DEFAULT_MAX_RESOURCE_BOUND);
+        assert_eq!(e(&format!("{NODE}\n[local]\nmax_clients = 0\n")), "[local] max_clients must be at least 1");
+        assert_eq!(
+            e(&format!("{NODE}\n[local]\nstall_timeout_ms = 5\n")),
+            "[local] stall_timeout_ms must be at least 100 ms"
+        );
+        assert!(e(&format!("{NODE}\n[local]\nbogus = 1\n")).contains("unknown field"));
+        let c = NodeConfig::from_toml(&format!("{NODE}\n[local]\nclient_queue = 8\n")).expect("valid");
+        assert_eq!((c.local.client_queue, c.local.max_clients), (8, LocalConfig::default().max_clients));
     }
 
     #[test]

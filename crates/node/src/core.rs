@@ -163,6 +163,7 @@ pub struct Node {
     env: Env,
     vm: Vm,
     mtu: usize,
+    max_rb: u16,
     ports: BTreeSet<u16>,
     /// Counters.
     pub counters: Counters,
@@ -234,6 +235,7 @@ impl Node {
             },
             vm: Vm::new(VmConfig { mtu: cfg.mtu }),
             mtu: cfg.mtu,
+            max_rb: cfg.max_resource_bound,
             ports: BTreeSet::new(),
             counters: Counters::new(&names),
             loopback: Vec::new(),
@@ -279,26 +281,44 @@ impl Node {
     }
 
     /// Runs a capsule from a local application here (its first hop).
-    pub fn inject_capsule(&mut self, bytes: &[u8], now_ms: u64, out: &mut Outbox) {
+    /// A refusal is returned, so the application learns why (expired,
+    /// wrong issuer, missing right, ...).
+    pub fn inject_capsule(
+        &mut self,
+        bytes: &[u8],
+        now_ms: u64,
+        out: &mut Outbox,
+    ) -> Result<(), anode_sandbox::CapsuleError> {
         self.env.now_ms = now_ms;
         self.now_ms = now_ms;
         self.counters.injected += 1;
         let mark = out.transmits.len();
         let here = self.env.here;
-        self.capsule(here, bytes, now_ms, out);
+        let r = self.capsule(here, bytes, now_ms, out);
         self.protect(&[], out, mark, now_ms);
+        r
     }
 
     /// Hands a capsule-protocol message from neighbour `prev` to the
-    /// sandbox and carries out its actions.
-    fn capsule(&mut self, prev: Ipv4Addr, msg: &[u8], now_ms: u64, out: &mut Outbox) {
+    /// sandbox and carries out its actions; a refusal is counted and returned.
+    fn capsule(
+        &mut self,
+        prev: Ipv4Addr,
+        msg: &[u8],
+        now_ms: u64,
+        out: &mut Outbox,
+    ) -> Result<(), anode_sandbox::CapsuleError> {
         if self.modules.is_none() {
             self.counters.drop(Drop::UnknownType);
-            return;
+            return Ok(());
         }
         self.counters.rx_capsule += 1;
-        if let Some(Err(_)) = self.with_sandbox(now_ms, out, |sb, now, a| sb.handle_capsule(now, prev, msg, a)) {
-            self.counters.drop(Drop::CapsuleRefused);
+        match self.with_sandbox(now_ms, out, |sb, now, a| sb.handle_capsule(now, prev, msg, a)) {
+            Some(Err(e)) => {
+                self.counters.drop(Drop::CapsuleRefused);
+                Err(e)
+            }
+            _ => Ok(()),
         }
     }
 
@@ -610,8 +630,9 @@ impl Node {
                     local_name: req.name,
                     limits: Default::default(),
                 };
-                match self.with_sandbox(now_ms, out, |sb, now, a| sb.load_with(now, &spec, a)) {
-                    Some(Ok(id)) => format!("loaded {id}"),
+                match self.with_sandbox(now_ms, out, |sb, now, a| sb.load_once(now, &spec, a)) {
+                    Some(Ok((id, false))) => format!("loaded {id}"),
+                    Some(Ok((id, true))) => format!("already loaded {id}"),
                     Some(Err(e)) => {
                         self.counters.drop(Drop::CapsuleRefused);
                         format!("refused: {e}")
@@ -668,7 +689,8 @@ impl Node {
             }
             anep::TYPE_CAPSULE if self.modules.is_some() => {
                 let now = self.now_ms;
-                self.capsule(prev.unwrap_or(Ipv4Addr::UNSPECIFIED), &buf[ps..len], now, out);
+                // A neighbour's refused capsule is counted by reason (status).
+                let _ = self.capsule(prev.unwrap_or(Ipv4Addr::UNSPECIFIED), &buf[ps..len], now, out);
             }
             anep::TYPE_AUTH | anep::TYPE_ESP | anep::TYPE_HANDSHAKE if self.sec.is_some() => {
                 // Nested in a verified datagram: not something to forward.
@@ -787,6 +809,15 @@ impl Node {
     /// Runs the SNAP packet at `buf[ps..len]` (the ANEP header is in
     /// `buf[..ps]`) and turns its actions into transmissions and deliveries.
     fn run_snap(&mut self, buf: &mut [u8], ps: usize, len: usize, out: &mut Outbox) {
+        // Like IP's TTL cap: no packet brings more resource bound into this
+        // node than it allows (the VM checks the rest of the header).
+        if ps + 6 <= len
+            && let Some(rb) = buf.get_mut(ps + 4..ps + 6)
+            && u16::from_be_bytes([rb[0], rb[1]]) > self.max_rb
+        {
+            rb.copy_from_slice(&self.max_rb.to_be_bytes());
+            self.counters.rb_clamped += 1;
+        }
         let res = self.vm.execute(&mut buf[ps..], len - ps, &self.env);
         self.counters.vm_instructions += res.executed as u64;
         if let End::Fault { fault, .. } = res.end {

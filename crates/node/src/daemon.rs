@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  UDP iface 0..n ──recvmmsg──► Node::handle_datagram ──sendmmsg──► UDP iface (per next hop)
-//!  app.sock (Unix dgram) ─────► HELLO/REGISTER/INJECT/PLAIN   └────► DELIVER to app clients
+//!  app.sock (Unix seqpacket) ─► HELLO/REGISTER/INJECT/PLAIN   └────► DELIVER to app clients
 //!  control.sock (Unix stream) ► "status" (JSON) | "metrics" (Prometheus)
 //!  metrics TCP (optional) ────► GET /metrics
 //!  signalfd ──────────────────► SIGTERM/SIGINT: finish the batch, clean up, exit
@@ -28,23 +28,39 @@
 //! grown to their working size, no allocation. Deliveries then go to the
 //! local clients. Only then are the buffers reused by the next `recvmmsg`.
 //!
+//! # Local clients
+//!
+//! Each application client has its own connection to [`APP_SOCKET`] with a
+//! bounded queue in the node ([`app`]): a client that stops reading loses
+//! its own deliveries and, if it stays stalled, its connection, never
+//! another client's service. Control and metrics connections have their own
+//! slots and a deadline for the whole request ([`conn`]). Every log line is
+//! rate-limited per source line ([`ratelog`]).
+//!
 //! # Files
 //!
 //! The run directory (`run_dir`, default [`default_run_dir`]) is created
-//! with mode 0700 and holds [`APP_SOCKET`] and [`CONTROL_SOCKET`]; stale
-//! sockets left by a dead daemon are removed at start (a live one is
-//! detected through its control socket) and both are removed at exit.
+//! with mode 0700 (0750 with `[local] socket_group`) and holds
+//! [`APP_SOCKET`] and [`CONTROL_SOCKET`], mode 0600 (0660), set by the
+//! daemon whatever the umask; a run directory that other users can write to
+//! is refused. Stale sockets left by a dead daemon are removed at start (a
+//! live one is detected through its control socket) and both are removed
+//! at exit.
 
+pub(crate) mod app;
 mod conn;
 mod droplog;
+pub mod ratelog;
 
-pub use conn::{CONN_TIMEOUT, MAX_REQUEST};
+pub use app::LocalLimits;
+pub use conn::MAX_REQUEST;
 pub use droplog::DROP_LOG_INTERVAL;
 
 use crate::config::{ConfigError, NodeConfig, Topology};
 use crate::core::{Node, Outbox, recv_buffer_len};
 use crate::counters::{Counters, DROP_NAMES, Drop};
 use crate::local::{self, Reply, Request};
+use app::{AppClients, Gone, Sent};
 use conn::{Conn, Progress, Stream};
 use droplog::DropLog;
 use nix::errno::Errno;
@@ -52,13 +68,12 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::socket::{ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg};
-use std::collections::BTreeMap;
+use socket2::{Domain, SockAddr, Socket, Type};
 use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd};
-use std::os::linux::net::SocketAddrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-use std::os::unix::net::{SocketAddr as UnixAddr, UnixDatagram, UnixListener, UnixStream};
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -68,10 +83,8 @@ use tracing::{debug, info, warn};
 pub const BATCH: usize = 32;
 /// Longest the event loop sleeps before looking at the stop flag and timers.
 pub const TICK: Duration = Duration::from_millis(100);
-/// Most control and metrics connections open at once; more are refused.
-pub const MAX_CONNS: usize = 16;
-/// Local application requests handled per wakeup (then the loop moves on,
-/// so applications cannot starve the network).
+/// Requests handled per application client per wakeup (then the loop moves
+/// on, so one client cannot starve the network or the others).
 pub const APP_BATCH: usize = 64;
 /// The application socket's file name in the run directory.
 pub const APP_SOCKET: &str = "app.sock";
@@ -84,7 +97,12 @@ const TOKEN_APP: u64 = 1 << 32;
 const TOKEN_CONTROL: u64 = TOKEN_APP + 1;
 const TOKEN_SIGNAL: u64 = TOKEN_APP + 2;
 const TOKEN_METRICS: u64 = TOKEN_APP + 3;
+/// Control connections: this plus the slot.
 const TOKEN_CONN: u64 = 1 << 33;
+/// Metrics connections: this plus the slot.
+const TOKEN_METRICS_CONN: u64 = TOKEN_CONN + (1 << 24);
+/// Application clients: this plus the slot.
+const TOKEN_APP_CLIENT: u64 = 1 << 34;
 
 /// Why the daemon could not start or had to stop.
 #[derive(Debug, thiserror::Error)]
@@ -143,6 +161,9 @@ pub enum DaemonError {
         /// What is wrong.
         reason: String,
     },
+    /// The configured socket group does not exist.
+    #[error("[local] socket_group {0:?}: no such group")]
+    NoSuchGroup(String),
     /// Another daemon answers on this run directory's control socket.
     #[error("another node is already running with run directory {} (its control socket answers)", .0.display())]
     AlreadyRunning(PathBuf),
@@ -264,35 +285,34 @@ pub struct LocalStats {
     pub requests: u64,
     /// Requests refused (malformed, or an ERROR reply).
     pub refused: u64,
-    /// Clients found gone when a delivery was sent to them; their port was
-    /// unregistered (the delivery counts as a `no_listener` drop).
+    /// Application clients connected since start.
+    pub clients_accepted: u64,
+    /// Application clients refused because `max_clients` were connected.
+    pub clients_refused: u64,
+    /// Application clients that closed their connection (or whose socket
+    /// failed); their ports were released.
     pub clients_gone: u64,
-    /// Deliveries a client's full socket refused (counted as `tx_failed`).
-    pub deliver_failed: u64,
+    /// Application clients disconnected for leaving their messages unread
+    /// longer than `stall_timeout_ms`.
+    pub clients_stalled: u64,
+    /// Messages queued in the node because a client's socket was full.
+    pub queued: u64,
+    /// Messages dropped because a client's queue was full (deliveries also
+    /// count as `app_queue_full` drops).
+    pub queue_dropped: u64,
     /// Control and metrics connections served.
     pub control_requests: u64,
+    /// Control and metrics connections closed at their deadline.
+    pub conns_expired: u64,
+    /// Control and metrics connections closed to make room for a new one.
+    pub conns_evicted: u64,
 }
 
-/// Registered application ports and their clients.
-#[derive(Debug, Default)]
-struct Clients {
-    ports: BTreeMap<u16, UnixAddr>,
-}
-
-fn same_client(a: &UnixAddr, b: &UnixAddr) -> bool {
-    a.as_pathname() == b.as_pathname()
-        && a.as_abstract_name() == b.as_abstract_name()
-        && a.is_unnamed() == b.is_unnamed()
-}
-
-fn show_client(a: &UnixAddr) -> String {
-    if let Some(p) = a.as_pathname() {
-        p.display().to_string()
-    } else if let Some(n) = a.as_abstract_name() {
-        format!("@{}", String::from_utf8_lossy(n))
-    } else {
-        "(unnamed)".into()
-    }
+/// Which listener a short-lived connection came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listener {
+    Control,
+    Metrics,
 }
 
 /// Receive side of the data path: the batch buffers and their outboxes.
@@ -330,13 +350,15 @@ pub struct Daemon {
     run_dir: PathBuf,
     udp: Vec<UdpSocket>,
     listen: Vec<SocketAddr>,
-    app: UnixDatagram,
+    app: Socket,
     control: UnixListener,
     metrics: Option<TcpListener>,
     signals: Option<SignalFd>,
     epoll: Epoll,
-    conns: Vec<Option<Conn>>,
-    clients: Clients,
+    control_conns: Vec<Option<Conn>>,
+    metrics_conns: Vec<Option<Conn>>,
+    request_timeout: Duration,
+    clients: AppClients,
     rx: Rx,
     tx_hdrs: MultiHeaders<SockaddrStorage>,
     inject_out: Outbox,
@@ -348,6 +370,7 @@ pub struct Daemon {
     started: Instant,
     stats: LocalStats,
     droplog: DropLog,
+    last_report: Instant,
     stopping: bool,
     _files: SocketFiles,
 }
@@ -366,9 +389,10 @@ fn sys(what: &'static str) -> impl FnOnce(Errno) -> DaemonError {
     move |source| DaemonError::Sys { what, source }
 }
 
-/// Makes sure `dir` is a private directory of ours without a live node;
-/// removes stale sockets. Says whether it created the directory.
-fn prepare_run_dir(dir: &Path) -> Result<bool, DaemonError> {
+/// Makes sure `dir` is a directory of ours that no other user can write
+/// to, without a live node; removes stale sockets. Says whether it created
+/// the directory (mode 0700, or 0750 and the group `group`).
+fn prepare_run_dir(dir: &Path, group: Option<u32>) -> Result<bool, DaemonError> {
     let bad = |reason: String| DaemonError::RunDir { dir: dir.to_path_buf(), reason };
     let mut created = false;
     match std::fs::symlink_metadata(dir) {
@@ -380,20 +404,33 @@ fn prepare_run_dir(dir: &Path) -> Result<bool, DaemonError> {
             if m.uid() != me {
                 return Err(bad(format!("owned by uid {}, not by this user (uid {me})", m.uid())));
             }
-            if m.mode() & 0o077 != 0 {
-                warn!(run_dir = %dir.display(), mode = format!("{:o}", m.mode() & 0o777),
-                      "run directory is accessible to other users; its sockets are too");
+            let mode = m.mode() & 0o777;
+            // Whoever can write to the directory can replace the sockets.
+            let group_ok = group.is_some_and(|g| g == m.gid());
+            if mode & 0o002 != 0 || (mode & 0o020 != 0 && !group_ok) {
+                return Err(bad(format!(
+                    "is writable by other users (mode {mode:o}); make it private (chmod 700), or 0750 with \
+                     [local] socket_group"
+                )));
+            }
+            if mode & 0o005 != 0 {
+                warn!(run_dir = %dir.display(), mode = format!("{mode:o}"),
+                      "run directory is readable by other users (its sockets keep their own mode)");
             }
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let mode = if group.is_some() { 0o750 } else { 0o700 };
             std::fs::DirBuilder::new()
                 .recursive(true)
-                .mode(0o700)
+                .mode(mode)
                 .create(dir)
                 .map_err(|e| bad(format!("cannot create: {e}")))?;
-            // The mode above is masked by the umask; make sure.
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-                .map_err(|e| bad(format!("cannot set mode 0700: {e}")))?;
+            // The mode above is masked by the umask; set it exactly.
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+                .map_err(|e| bad(format!("cannot set mode {mode:o}: {e}")))?;
+            if let Some(g) = group {
+                std::os::unix::fs::chown(dir, None, Some(g)).map_err(|e| bad(format!("cannot set group {g}: {e}")))?;
+            }
             created = true;
         }
         Err(e) => return Err(bad(e.to_string())),
@@ -411,6 +448,38 @@ fn prepare_run_dir(dir: &Path) -> Result<bool, DaemonError> {
         }
     }
     Ok(created)
+}
+
+/// Binds a Unix socket at `path` with exactly `mode` (and `group`), whatever
+/// the umask: bound under a temporary name, its mode and group set, then
+/// renamed into place, so it is never reachable with a looser mode.
+fn bind_socket<T>(
+    path: &Path,
+    mode: u32,
+    group: Option<u32>,
+    bind: impl FnOnce(&Path) -> io::Result<T>,
+) -> Result<T, DaemonError> {
+    let err = |source| DaemonError::LocalSocket { path: path.to_path_buf(), source };
+    let name = path.file_name().map_or_else(|| "socket".into(), |n| n.to_string_lossy());
+    let tmp = path.with_file_name(format!(".{name}.{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let sock = bind(&tmp).map_err(err)?;
+    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))
+        .and_then(|()| group.map_or(Ok(()), |g| std::os::unix::fs::chown(&tmp, None, Some(g))))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(err(e));
+    }
+    Ok(sock)
+}
+
+/// The listening application socket (`SOCK_SEQPACKET`, non-blocking).
+fn app_listener(path: &Path) -> io::Result<Socket> {
+    let s = Socket::new(Domain::UNIX, Type::SEQPACKET.nonblocking(), None)?;
+    s.bind(&SockAddr::unix(path)?)?;
+    s.listen(128)?;
+    Ok(s)
 }
 
 fn interest(fd: impl AsFd, epoll: &Epoll, flags: EpollFlags, token: u64) -> Result<(), DaemonError> {
@@ -486,6 +555,12 @@ impl Daemon {
             }
             None => None,
         };
+        if let Some(addr) = cfg.metrics
+            && !addr.ip().is_loopback()
+        {
+            warn!(%addr, "the metrics endpoint is bound to {addr}, not a loopback address: anyone who can reach it \
+                  can read the node's counters");
+        }
         let signals = if opts.signals {
             let mut mask = SigSet::empty();
             mask.add(Signal::SIGTERM);
@@ -496,21 +571,31 @@ impl Daemon {
             None
         };
 
+        let group = match &cfg.local.socket_group {
+            Some(name) => Some(
+                nix::unistd::Group::from_name(name)
+                    .ok()
+                    .flatten()
+                    .ok_or_else(|| DaemonError::NoSuchGroup(name.clone()))?
+                    .gid
+                    .as_raw(),
+            ),
+            None => None,
+        };
+        let sock_mode = if group.is_some() { 0o660 } else { 0o600 };
         let run_dir = run_dir_of(cfg);
-        let created = prepare_run_dir(&run_dir)?;
+        let created = prepare_run_dir(&run_dir, group)?;
         let app_path = run_dir.join(APP_SOCKET);
         let control_path = run_dir.join(CONTROL_SOCKET);
-        let lerr = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| DaemonError::LocalSocket { path, source }
-        };
         let mut files = SocketFiles { files: Vec::new(), created_dir: created.then(|| run_dir.clone()) };
-        let app = UnixDatagram::bind(&app_path).map_err(lerr(&app_path))?;
+        let app = bind_socket(&app_path, sock_mode, group, app_listener)?;
         files.files.push(app_path.clone());
-        app.set_nonblocking(true).map_err(lerr(&app_path))?;
-        let control = UnixListener::bind(&control_path).map_err(lerr(&control_path))?;
+        let control = bind_socket(&control_path, sock_mode, group, |p| {
+            let l = UnixListener::bind(p)?;
+            l.set_nonblocking(true)?;
+            Ok(l)
+        })?;
         files.files.push(control_path.clone());
-        control.set_nonblocking(true).map_err(lerr(&control_path))?;
 
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(sys("epoll_create"))?;
         for (i, s) in udp.iter().enumerate() {
@@ -545,8 +630,15 @@ impl Daemon {
             metrics,
             signals,
             epoll,
-            conns: (0..MAX_CONNS).map(|_| None).collect(),
-            clients: Clients::default(),
+            control_conns: (0..cfg.local.max_control_conns).map(|_| None).collect(),
+            metrics_conns: (0..cfg.local.max_metrics_conns).map(|_| None).collect(),
+            request_timeout: Duration::from_millis(cfg.local.request_timeout_ms),
+            clients: AppClients::new(LocalLimits {
+                max_clients: cfg.local.max_clients,
+                max_ports_per_client: cfg.local.max_ports_per_client,
+                client_queue: cfg.local.client_queue,
+                stall_timeout: Duration::from_millis(cfg.local.stall_timeout_ms),
+            }),
             inject_out: Outbox::default(),
             timer_out: Outbox::default(),
             last_poll: None,
@@ -556,6 +648,7 @@ impl Daemon {
             started: Instant::now(),
             stats: LocalStats::default(),
             droplog: DropLog::new(),
+            last_report: Instant::now(),
             stopping: false,
             _files: files,
         };
@@ -627,17 +720,22 @@ impl Daemon {
             for ev in &events[..n] {
                 match ev.data() {
                     t if t < self.udp.len() as u64 => self.udp_ready(t as usize),
-                    TOKEN_APP => self.app_ready(),
-                    TOKEN_CONTROL => self.accept_control(),
-                    TOKEN_METRICS => self.accept_metrics(),
+                    TOKEN_APP => self.accept_app(),
+                    TOKEN_CONTROL => self.accept_conns(Listener::Control),
+                    TOKEN_METRICS => self.accept_conns(Listener::Metrics),
                     TOKEN_SIGNAL => self.signal_ready(),
-                    t if t >= TOKEN_CONN => self.conn_ready((t - TOKEN_CONN) as usize, ev.events()),
+                    t if t >= TOKEN_APP_CLIENT => self.app_client_ready((t - TOKEN_APP_CLIENT) as usize, ev.events()),
+                    t if t >= TOKEN_METRICS_CONN => {
+                        self.conn_ready(Listener::Metrics, (t - TOKEN_METRICS_CONN) as usize, ev.events())
+                    }
+                    t if t >= TOKEN_CONN => self.conn_ready(Listener::Control, (t - TOKEN_CONN) as usize, ev.events()),
                     _ => {}
                 }
             }
             let now = Instant::now();
             self.poll_security(now);
             self.expire_conns(now);
+            self.reap_clients(now);
             self.log_drops(now);
         }
         self.log_drops(Instant::now() + DROP_LOG_INTERVAL);
@@ -690,34 +788,127 @@ impl Daemon {
             }
         }
         send_transmits(&self.udp, &mut self.tx_hdrs, &mut self.node, &mut self.droplog, &outs[..n], &bufs[..n]);
-        deliver(&self.app, &mut self.clients, &mut self.node, &mut self.stats, &mut self.msg, &outs[..n], &bufs[..n]);
+        let mut local = Local { clients: &mut self.clients, epoll: &self.epoll, stats: &mut self.stats };
+        local.deliver(&mut self.node, &mut self.msg, &outs[..n], &bufs[..n]);
     }
 
-    fn app_ready(&mut self) {
-        for _ in 0..APP_BATCH {
-            let (len, from) = match self.app.recv_from(&mut self.app_buf) {
-                Ok(x) => x,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+    /// Accepts waiting application clients, each on its own connection.
+    fn accept_app(&mut self) {
+        loop {
+            let sock = match self.app.accept() {
+                Ok((s, _)) => s,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    debug!(error = %e, "application socket");
-                    return;
-                }
+                Err(_) => return,
             };
-            self.stats.requests += 1;
-            let buf = std::mem::take(&mut self.app_buf);
-            self.app_request(&buf[..len], &from);
-            self.app_buf = buf;
+            if sock.set_nonblocking(true).is_err() {
+                continue;
+            }
+            let Some(slot) = self.clients.add(sock) else {
+                self.stats.clients_refused += 1;
+                debug!(max = self.clients.limits.max_clients, "application client refused: too many connected");
+                continue;
+            };
+            let ok = self.clients.get(slot).is_some_and(|c| {
+                interest(
+                    &c.sock,
+                    &self.epoll,
+                    EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP,
+                    TOKEN_APP_CLIENT + slot as u64,
+                )
+                .is_ok()
+            });
+            if !ok {
+                self.clients.remove(slot);
+                continue;
+            }
+            self.stats.clients_accepted += 1;
+            if let Some(c) = self.clients.get(slot) {
+                debug!(client = %c.who(), "application client connected");
+            }
         }
     }
 
-    fn app_request(&mut self, msg: &[u8], from: &UnixAddr) {
-        if from.is_unnamed() {
-            // Nothing can be sent back to an unbound client.
-            self.stats.refused += 1;
-            debug!("request from an unbound client socket ignored (bind the client socket to a path)");
-            return;
+    /// Reads an application client's requests (a bounded batch), and writes
+    /// what waits for it.
+    fn app_client_ready(&mut self, slot: usize, ev: EpollFlags) {
+        if ev.contains(EpollFlags::EPOLLOUT) && self.clients.flush(slot) {
+            self.watch_client(slot, false);
         }
+        let mut buf = std::mem::take(&mut self.app_buf);
+        for _ in 0..APP_BATCH {
+            let Some(c) = self.clients.get(slot) else { break };
+            match app::recv_msg(&c.sock, &mut buf) {
+                Ok(None) => {
+                    if ev.intersects(EpollFlags::EPOLLHUP | EpollFlags::EPOLLERR) {
+                        self.drop_client(slot, Gone::Closed);
+                    }
+                    break;
+                }
+                Ok(Some(0)) => {
+                    self.drop_client(slot, Gone::Closed);
+                    break;
+                }
+                Ok(Some(n)) => {
+                    self.stats.requests += 1;
+                    self.app_request(slot, &buf[..n]);
+                }
+                Err(_) => {
+                    self.drop_client(slot, Gone::Error);
+                    break;
+                }
+            }
+        }
+        self.app_buf = buf;
+    }
+
+    /// Whether the loop waits for room in client `slot`'s socket.
+    fn watch_client(&mut self, slot: usize, write: bool) {
+        let Some(c) = self.clients.get(slot) else { return };
+        let mut flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP;
+        if write {
+            flags |= EpollFlags::EPOLLOUT;
+        }
+        let mut e = EpollEvent::new(flags, TOKEN_APP_CLIENT + slot as u64);
+        let _ = self.epoll.modify(&c.sock, &mut e);
+    }
+
+    /// Disconnects a client and releases its ports.
+    fn drop_client(&mut self, slot: usize, why: Gone) {
+        let Some(c) = self.clients.remove(slot) else { return };
+        let _ = self.epoll.delete(&c.sock);
+        for p in &c.ports {
+            self.node.unregister_port(*p);
+        }
+        match why {
+            Gone::Stalled => {
+                self.stats.clients_stalled += 1;
+                info!(client = %c.who(), ports = ?c.ports, dropped = c.dropped,
+                      "application client left its messages unread too long; disconnected");
+            }
+            Gone::Closed | Gone::Error => {
+                self.stats.clients_gone += 1;
+                debug!(client = %c.who(), ports = ?c.ports, "application client gone; its ports released");
+            }
+        }
+    }
+
+    /// Disconnects clients whose sockets failed or that stayed stalled.
+    fn reap_clients(&mut self, now: Instant) {
+        for (slot, why) in self.clients.dead() {
+            self.drop_client(slot, why);
+        }
+        for slot in self.clients.stalled(now) {
+            self.drop_client(slot, Gone::Stalled);
+        }
+    }
+
+    /// Queues `bytes` for client `slot`, watching for room if needed.
+    fn reply(&mut self, slot: usize, bytes: &[u8]) {
+        let mut local = Local { clients: &mut self.clients, epoll: &self.epoll, stats: &mut self.stats };
+        local.send(slot, bytes);
+    }
+
+    fn app_request(&mut self, slot: usize, msg: &[u8]) {
         let now_ms = self.now_ms();
         let mtu = self.cfg.mtu;
         let reply: Result<Reply<'_>, String> = if msg.len() > local::MAX_MESSAGE {
@@ -728,25 +919,21 @@ impl Daemon {
                 Ok(Request::Hello) => {
                     Ok(Reply::Info { address: self.node.address(), mtu: mtu.min(u16::MAX as usize) as u16 })
                 }
-                Ok(Request::Register(port)) => {
-                    if let Some(old) = self.clients.ports.insert(port, from.clone())
-                        && !same_client(&old, from)
-                    {
-                        info!(port, from = %show_client(&old), to = %show_client(from), "port taken over");
-                    }
-                    self.node.register_port(port);
-                    debug!(port, client = %show_client(from), "port registered");
-                    Ok(Reply::Ok)
-                }
+                Ok(Request::Register(port)) => self.register(slot, port).map(|()| Reply::Ok),
                 Ok(Request::Unregister(port)) => match self.clients.ports.get(&port) {
-                    Some(owner) if !same_client(owner, from) => {
-                        Err(format!("port {port} is registered by another client"))
+                    Some(owner) if *owner != slot => {
+                        let who = self.clients.get(*owner).map(|c| c.who()).unwrap_or_default();
+                        Err(format!("port {port} is registered by another client ({who})"))
                     }
-                    _ => {
+                    Some(_) => {
                         self.clients.ports.remove(&port);
+                        if let Some(c) = self.clients.get_mut(slot) {
+                            c.ports.remove(&port);
+                        }
                         self.node.unregister_port(port);
                         Ok(Reply::Ok)
                     }
+                    None => Ok(Reply::Ok),
                 },
                 Ok(Request::Inject(packet)) => {
                     if packet.len() > mtu {
@@ -764,8 +951,10 @@ impl Daemon {
                     } else {
                         let before = snapshot(&self.node.counters);
                         self.inject_out.clear();
-                        self.node.inject_capsule(bytes, now_ms, &mut self.inject_out);
-                        self.outcome(&before)
+                        match self.node.inject_capsule(bytes, now_ms, &mut self.inject_out) {
+                            Err(e) => Err(e.to_string()),
+                            Ok(()) => self.outcome(&before),
+                        }
                     }
                 }
                 Ok(Request::Plain { dst, port, ttl, payload }) => {
@@ -784,19 +973,41 @@ impl Daemon {
             Ok(r) => r.encode(),
             Err(reason) => {
                 self.stats.refused += 1;
-                debug!(client = %show_client(from), %reason, "request refused");
+                debug!(client = %self.clients.get(slot).map(|c| c.who()).unwrap_or_default(), %reason, "request refused");
                 Reply::Error(reason).encode()
             }
         };
-        if let Err(e) = self.app.send_to_addr(&bytes, from) {
-            debug!(client = %show_client(from), error = %e, "cannot reply");
-        }
+        self.reply(slot, &bytes);
         // Reply first, then what the request produced (a ping to this node
         // itself gets OK, then DELIVER).
         let outs = std::slice::from_ref(&self.inject_out);
         send_transmits(&self.udp, &mut self.tx_hdrs, &mut self.node, &mut self.droplog, outs, &self.no_input);
-        deliver(&self.app, &mut self.clients, &mut self.node, &mut self.stats, &mut self.msg, outs, &self.no_input);
+        let mut local = Local { clients: &mut self.clients, epoll: &self.epoll, stats: &mut self.stats };
+        local.deliver(&mut self.node, &mut self.msg, outs, &self.no_input);
         self.inject_out.clear();
+    }
+
+    /// REGISTER: a port belongs to the client that registered it until it
+    /// unregisters it or goes away; each client holds a bounded number.
+    fn register(&mut self, slot: usize, port: u16) -> Result<(), String> {
+        let max = self.clients.limits.max_ports_per_client;
+        match self.clients.ports.get(&port) {
+            Some(owner) if *owner == slot => return Ok(()),
+            Some(owner) => {
+                let who = self.clients.get(*owner).map(|c| c.who()).unwrap_or_default();
+                return Err(format!("port {port} is registered by another client ({who})"));
+            }
+            None => {}
+        }
+        let Some(c) = self.clients.get_mut(slot) else { return Err("client gone".into()) };
+        if c.ports.len() >= max {
+            return Err(format!("this client holds {max} ports, the most allowed ([local] max_ports_per_client)"));
+        }
+        c.ports.insert(port);
+        self.clients.ports.insert(port, slot);
+        self.node.register_port(port);
+        debug!(port, "port registered");
+        Ok(())
     }
 
     /// The reply to an INJECT or PLAIN request: ERROR if the packet was
@@ -816,64 +1027,86 @@ impl Daemon {
         Ok(Reply::Ok)
     }
 
-    fn accept_control(&mut self) {
+    fn conns_mut(&mut self, l: Listener) -> &mut Vec<Option<Conn>> {
+        match l {
+            Listener::Control => &mut self.control_conns,
+            Listener::Metrics => &mut self.metrics_conns,
+        }
+    }
+
+    fn conn_token(l: Listener, slot: usize) -> u64 {
+        match l {
+            Listener::Control => TOKEN_CONN + slot as u64,
+            Listener::Metrics => TOKEN_METRICS_CONN + slot as u64,
+        }
+    }
+
+    /// Accepts waiting control or metrics connections, each listener in its
+    /// own slots; when they are full the oldest connection makes room.
+    fn accept_conns(&mut self, l: Listener) {
         loop {
-            match self.control.accept() {
-                Ok((s, _)) => {
-                    if s.set_nonblocking(true).is_ok() {
-                        self.add_conn(Stream::Unix(s));
-                    }
-                }
+            let stream = match l {
+                Listener::Control => match self.control.accept() {
+                    Ok((s, _)) => s.set_nonblocking(true).map(|()| Stream::Unix(s)),
+                    Err(e) => Err(e),
+                },
+                Listener::Metrics => match self.metrics.as_ref().map(TcpListener::accept) {
+                    Some(Ok((s, _))) => s.set_nonblocking(true).map(|()| Stream::Tcp(s)),
+                    Some(Err(e)) => Err(e),
+                    None => return,
+                },
+            };
+            match stream {
+                Ok(s) => self.add_conn(l, s),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => return,
             }
         }
     }
 
-    fn accept_metrics(&mut self) {
-        loop {
-            let Some(r) = self.metrics.as_ref().map(TcpListener::accept) else { return };
-            match r {
-                Ok((s, _)) => {
-                    if s.set_nonblocking(true).is_ok() {
-                        self.add_conn(Stream::Tcp(s));
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => return,
+    fn add_conn(&mut self, l: Listener, s: Stream) {
+        let slot = match self.conns_mut(l).iter().position(Option::is_none) {
+            Some(slot) => slot,
+            None => {
+                let oldest = self
+                    .conns_mut(l)
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, c)| c.as_ref().map(|c| (c.deadline, i)))
+                    .min()
+                    .map(|(_, i)| i);
+                let Some(slot) = oldest else { return };
+                self.close_conn(l, slot);
+                self.stats.conns_evicted += 1;
+                debug!(listener = ?l, "connections full; closed the oldest for a new one");
+                slot
             }
-        }
-    }
-
-    fn add_conn(&mut self, s: Stream) {
-        let Some(slot) = self.conns.iter().position(Option::is_none) else {
-            debug!("too many control connections; refused one");
-            return; // dropping `s` closes it
         };
-        if interest(&s, &self.epoll, EpollFlags::EPOLLIN, TOKEN_CONN + slot as u64).is_err() {
+        if interest(&s, &self.epoll, EpollFlags::EPOLLIN, Self::conn_token(l, slot)).is_err() {
             return;
         }
-        self.conns[slot] = Some(Conn::new(s, Instant::now()));
+        let deadline = Instant::now() + self.request_timeout;
+        self.conns_mut(l)[slot] = Some(Conn::new(s, deadline));
     }
 
-    fn close_conn(&mut self, slot: usize) {
-        if let Some(c) = self.conns.get_mut(slot).and_then(Option::take) {
+    fn close_conn(&mut self, l: Listener, slot: usize) {
+        if let Some(c) = self.conns_mut(l).get_mut(slot).and_then(Option::take) {
             let _ = self.epoll.delete(&c.stream);
         }
     }
 
-    fn conn_ready(&mut self, slot: usize, ev: EpollFlags) {
-        let Some(mut c) = self.conns.get_mut(slot).and_then(Option::take) else { return };
+    fn conn_ready(&mut self, l: Listener, slot: usize, ev: EpollFlags) {
+        let Some(mut c) = self.conns_mut(l).get_mut(slot).and_then(Option::take) else { return };
         let progress = if c.responding {
             c.on_writable()
         } else {
             match c.on_readable() {
                 Progress::Request(r) => {
                     self.stats.control_requests += 1;
-                    let answer = self.answer(&r, matches!(c.stream, Stream::Tcp(_)));
+                    let answer = self.answer(&r, l == Listener::Metrics);
                     let p = c.respond(answer);
                     if p == Progress::Pending {
-                        let mut e = EpollEvent::new(EpollFlags::EPOLLOUT, TOKEN_CONN + slot as u64);
+                        let mut e = EpollEvent::new(EpollFlags::EPOLLOUT, Self::conn_token(l, slot));
                         let _ = self.epoll.modify(&c.stream, &mut e);
                     }
                     p
@@ -882,17 +1115,23 @@ impl Daemon {
                 p => p,
             }
         };
-        self.conns[slot] = Some(c);
+        self.conns_mut(l)[slot] = Some(c);
         if progress == Progress::Close {
-            self.close_conn(slot);
+            self.close_conn(l, slot);
         }
     }
 
+    /// Closes connections past their deadline: a whole request and its
+    /// answer must fit in `[local] request_timeout_ms`, however the bytes
+    /// trickle.
     fn expire_conns(&mut self, now: Instant) {
-        for slot in 0..self.conns.len() {
-            if self.conns[slot].as_ref().is_some_and(|c| now >= c.deadline) {
-                debug!(slot, "control connection timed out");
-                self.close_conn(slot);
+        for l in [Listener::Control, Listener::Metrics] {
+            for slot in 0..self.conns_mut(l).len() {
+                if self.conns_mut(l)[slot].as_ref().is_some_and(|c| now >= c.deadline) {
+                    debug!(listener = ?l, slot, "connection timed out");
+                    self.close_conn(l, slot);
+                    self.stats.conns_expired += 1;
+                }
             }
         }
     }
@@ -922,9 +1161,24 @@ impl Daemon {
         let mut s = self.node.counters.to_prometheus();
         s.push_str("# HELP anode_uptime_seconds Seconds since the node started.\n# TYPE anode_uptime_seconds gauge\n");
         s.push_str(&format!("anode_uptime_seconds {:.3}\n", self.started.elapsed().as_secs_f64()));
-        s.push_str("# HELP anode_local_clients_gone_total Application clients found gone at delivery.\n");
-        s.push_str("# TYPE anode_local_clients_gone_total counter\n");
-        s.push_str(&format!("anode_local_clients_gone_total {}\n", self.stats.clients_gone));
+        let st = &self.stats;
+        for (name, help, v) in [
+            ("clients_accepted", "Application clients connected since start.", st.clients_accepted),
+            ("clients_refused", "Application clients refused (max_clients connected).", st.clients_refused),
+            ("clients_gone", "Application clients that closed their connection.", st.clients_gone),
+            ("clients_stalled", "Application clients disconnected for leaving messages unread.", st.clients_stalled),
+            ("queue_dropped", "Messages dropped because a client's queue was full.", st.queue_dropped),
+            ("requests", "Requests received on the application socket.", st.requests),
+            ("refused", "Application requests refused.", st.refused),
+            ("conns_expired", "Control and metrics connections closed at their deadline.", st.conns_expired),
+            ("conns_evicted", "Control and metrics connections closed for a new one.", st.conns_evicted),
+        ] {
+            s.push_str(&format!(
+                "# HELP anode_local_{name}_total {help}\n# TYPE anode_local_{name}_total counter\nanode_local_{name}_total {v}\n"
+            ));
+        }
+        s.push_str("# HELP anode_local_clients Application clients connected now.\n# TYPE anode_local_clients gauge\n");
+        s.push_str(&format!("anode_local_clients {}\n", self.clients.connected()));
         s
     }
 
@@ -959,15 +1213,33 @@ impl Daemon {
                 self.node.routes().iter().map(|(d, v)| (d.to_string(), json!(v.to_string()))).collect();
             o.insert("routes".into(), serde_json::Value::Object(routes));
             let ports: Vec<u16> = self.clients.ports.keys().copied().collect();
+            let clients: Vec<serde_json::Value> = self
+                .clients
+                .slots
+                .iter()
+                .flatten()
+                .map(|c| {
+                    json!({"pid": c.pid, "uid": c.uid, "ports": c.ports, "queued": c.wants_write(),
+                           "dropped": c.dropped})
+                })
+                .collect();
+            let st = &self.stats;
             o.insert(
                 "local".into(),
                 json!({
                     "ports": ports,
-                    "requests": self.stats.requests,
-                    "refused": self.stats.refused,
-                    "clients_gone": self.stats.clients_gone,
-                    "deliver_failed": self.stats.deliver_failed,
-                    "control_requests": self.stats.control_requests,
+                    "clients": clients,
+                    "requests": st.requests,
+                    "refused": st.refused,
+                    "clients_accepted": st.clients_accepted,
+                    "clients_refused": st.clients_refused,
+                    "clients_gone": st.clients_gone,
+                    "clients_stalled": st.clients_stalled,
+                    "queued": st.queued,
+                    "queue_dropped": st.queue_dropped,
+                    "control_requests": st.control_requests,
+                    "conns_expired": st.conns_expired,
+                    "conns_evicted": st.conns_evicted,
                 }),
             );
         }
@@ -984,6 +1256,10 @@ impl Daemon {
     }
 
     fn log_drops(&mut self, now: Instant) {
+        if now.duration_since(self.last_report) >= DROP_LOG_INTERVAL {
+            self.last_report = now;
+            ratelog::report();
+        }
         for l in self.droplog.due(&self.node.counters, now) {
             if l.detail.is_empty() {
                 warn!(reason = l.reason, count = l.count, total = l.total, "dropped packets");
@@ -1111,41 +1387,48 @@ fn send_chunk(
     }
 }
 
-/// Sends the deliveries of `outs` to their clients as DELIVER messages.
-fn deliver(
-    app: &UnixDatagram,
-    clients: &mut Clients,
-    node: &mut Node,
-    stats: &mut LocalStats,
-    msg: &mut Vec<u8>,
-    outs: &[Outbox],
-    bufs: &[Vec<u8>],
-) {
-    for (out, buf) in outs.iter().zip(bufs) {
-        for d in &out.deliveries {
-            let Some(client) = clients.ports.get(&d.port) else {
-                node.counters.drop(Drop::NoListener);
-                continue;
-            };
-            let payload = out.bytes(&d.data, buf);
-            msg.clear();
-            msg.push(0x82);
-            msg.extend_from_slice(&d.port.to_be_bytes());
-            msg.extend_from_slice(payload);
-            match app.send_to_addr(msg, client) {
-                Ok(_) => {}
-                Err(e) if matches!(e.raw_os_error(), Some(libc_errno) if is_gone(libc_errno)) => {
-                    info!(port = d.port, client = %show_client(client), error = %e,
-                          "application client is gone; port unregistered");
-                    clients.ports.remove(&d.port);
-                    node.unregister_port(d.port);
-                    node.counters.drop(Drop::NoListener);
-                    stats.clients_gone += 1;
+/// The local application clients, as the data path sends to them.
+struct Local<'a> {
+    clients: &'a mut AppClients,
+    epoll: &'a Epoll,
+    stats: &'a mut LocalStats,
+}
+
+impl Local<'_> {
+    /// Sends one message to client `slot` (or queues or drops it: [`Sent`]).
+    fn send(&mut self, slot: usize, bytes: &[u8]) -> Sent {
+        let r = self.clients.send(slot, bytes);
+        match r {
+            Sent::Queued => {
+                self.stats.queued += 1;
+                if let Some(c) = self.clients.get(slot) {
+                    let flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLOUT;
+                    let mut e = EpollEvent::new(flags, TOKEN_APP_CLIENT + slot as u64);
+                    let _ = self.epoll.modify(&c.sock, &mut e);
                 }
-                Err(e) => {
-                    debug!(port = d.port, client = %show_client(client), error = %e, "delivery refused");
-                    node.counters.drop(Drop::TxFailed);
-                    stats.deliver_failed += 1;
+            }
+            Sent::Dropped => self.stats.queue_dropped += 1,
+            Sent::Now | Sent::Gone => {}
+        }
+        r
+    }
+
+    /// Sends the deliveries of `outs` to their clients as DELIVER messages.
+    fn deliver(&mut self, node: &mut Node, msg: &mut Vec<u8>, outs: &[Outbox], bufs: &[Vec<u8>]) {
+        for (out, buf) in outs.iter().zip(bufs) {
+            for d in &out.deliveries {
+                let Some(&slot) = self.clients.ports.get(&d.port) else {
+                    node.counters.drop(Drop::NoListener);
+                    continue;
+                };
+                msg.clear();
+                msg.push(0x82);
+                msg.extend_from_slice(&d.port.to_be_bytes());
+                msg.extend_from_slice(out.bytes(&d.data, buf));
+                match self.send(slot, msg) {
+                    Sent::Dropped => node.counters.drop(Drop::AppQueueFull),
+                    Sent::Gone => node.counters.drop(Drop::NoListener),
+                    Sent::Now | Sent::Queued => {}
                 }
             }
         }
@@ -1154,11 +1437,6 @@ fn deliver(
 
 fn snapshot(c: &Counters) -> (Vec<u64>, Vec<u64>) {
     (c.drops.to_vec(), c.vm_faults.clone())
-}
-
-/// Errors that mean nobody listens on a client's socket any more.
-fn is_gone(errno: i32) -> bool {
-    [Errno::ECONNREFUSED, Errno::ENOENT, Errno::ENOTCONN, Errno::ENOTSOCK].iter().any(|e| *e as i32 == errno)
 }
 
 /// Runs a node from its configuration until SIGTERM/SIGINT (with

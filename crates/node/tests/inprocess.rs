@@ -48,6 +48,8 @@ struct Opts {
     tight: bool,
     /// MTU for every node (the default when 0).
     mtu: usize,
+    /// `max_resource_bound` for every node (the default when 0).
+    max_rb: u16,
 }
 
 /// One transmission the harness carried.
@@ -106,6 +108,9 @@ impl Net {
             let mut s = format!("address = \"{}\"\n", addr(k));
             if opts.mtu != 0 {
                 s += &format!("mtu = {}\n", opts.mtu);
+            }
+            if opts.max_rb != 0 {
+                s += &format!("max_resource_bound = {}\n", opts.max_rb);
             }
             for i in 0..mine.len().max(opts.min_ifaces).max(1) {
                 s += &format!("\n[[interface]]\nname = \"if{i}\"\nlisten = \"{}\"\n", endpoint(k, i));
@@ -450,8 +455,15 @@ fn resource_bound_exhausted_mid_path() {
 }
 
 fn loop_net(routes: [&str; 2]) -> Net {
-    let opts =
-        Opts { routes: HashMap::from([(0, routes[0].to_string()), (1, routes[1].to_string())]), ..Opts::default() };
+    loop_net_with(routes, 0)
+}
+
+fn loop_net_with(routes: [&str; 2], max_rb: u16) -> Net {
+    let opts = Opts {
+        routes: HashMap::from([(0, routes[0].to_string()), (1, routes[1].to_string())]),
+        max_rb,
+        ..Opts::default()
+    };
     Net::new(2, &[(0, 1)], &opts)
 }
 
@@ -466,7 +478,8 @@ fn routing_loop_is_cut_off_by_the_resource_bound() {
     let defaults = ["default_via = \"10.0.0.2\"", "default_via = \"10.0.0.1\""];
     for routes in [statics, defaults] {
         for rb in [1u16, 2, 5, 40, 1000] {
-            let mut net = loop_net(routes);
+            // Nodes that accept large bounds (the default cap is tested below).
+            let mut net = loop_net_with(routes, u16::MAX);
             assert_eq!(net.nodes[0].next_hop(LOST), Some(addr(1)));
             net.inject(0, &program("forw\nexit", addr(0), LOST, rb, 0));
             assert_eq!(net.hops.len(), rb as usize - 1, "rb {rb}: every arrival costs one");
@@ -479,6 +492,34 @@ fn routing_loop_is_cut_off_by_the_resource_bound() {
             assert_eq!(net.all_delivered(), 0);
         }
     }
+}
+
+#[test]
+fn the_resource_bound_of_injected_and_arriving_packets_is_capped() {
+    use anode_node::config::DEFAULT_MAX_RESOURCE_BOUND as MAX;
+    let defaults = ["default_via = \"10.0.0.2\"", "default_via = \"10.0.0.1\""];
+    let mut net = loop_net(defaults);
+    // The packet: a 40-byte `getsrc; forwto` with the largest bound
+    // ping-pongs between two nodes until the bound runs out.
+    let ping_pong = program("getsrc\nforwto", addr(1), addr(1), u16::MAX, 0);
+    assert!(ping_pong.len() <= 40);
+    net.inject(0, &ping_pong);
+    assert_eq!(net.hops.len(), MAX as usize - 1, "lowered to the cap where it was injected");
+    assert_eq!(net.nodes[0].counters.rb_clamped, 1);
+    assert_eq!(net.nodes[1].counters.rb_clamped, 0, "what arrives is within the cap");
+    // A datagram arriving with a large bound (from a node with a higher
+    // cap, or anyone while security is off) is lowered on arrival.
+    let mut net = loop_net(defaults);
+    let from_0 = program("getsrc\nforwto", addr(0), addr(1), u16::MAX, 0);
+    let d = anode_node::anep::frame(anode_node::anep::FLAG_DISCARD_UNKNOWN, anode_node::anep::TYPE_SNAP, &from_0);
+    net.datagram(1, 0, &d);
+    assert_eq!(net.hops.len(), MAX as usize - 1);
+    assert_eq!(net.nodes[1].counters.rb_clamped, 1);
+    // Within the cap nothing changes.
+    let mut net = loop_net(defaults);
+    net.inject(0, &program("getsrc\nforwto", addr(1), addr(1), 10, 0));
+    assert_eq!(net.hops.len(), 9);
+    assert_eq!(net.nodes[0].counters.rb_clamped, 0);
 }
 
 #[test]

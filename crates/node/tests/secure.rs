@@ -340,7 +340,7 @@ impl Line {
         self.nodes[from].register_port(port);
         let before = self.delivered[from].len();
         let mut out = Outbox::default();
-        self.nodes[from].inject_capsule(&c, self.now, &mut out);
+        self.nodes[from].inject_capsule(&c, self.now, &mut out).expect("capsule accepted at its first hop");
         self.take(from, &out, &[]);
         self.run();
         // Code fetches time out after a while; let pending ones finish.
@@ -393,7 +393,8 @@ fn capsule_without_a_valid_credential_is_refused_and_counted() {
     let mut c = Vec::new();
     anode_sandbox::ping::capsule(&code, &bad, addr(0), addr(1), 0, 9000, true, &mut c).unwrap();
     let mut out = Outbox::default();
-    l.nodes[0].inject_capsule(&c, l.now, &mut out);
+    let e = l.nodes[0].inject_capsule(&c, l.now, &mut out).expect_err("refused");
+    assert!(e.to_string().contains("not issued by this node's administrator"), "{e}");
     assert!(out.transmits.is_empty() && out.deliveries.is_empty());
     assert_eq!(l.drops(0, Drop::CapsuleRefused), 1);
     // SNAP still works.

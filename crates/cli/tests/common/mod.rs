@@ -262,7 +262,6 @@ impl Drop for Proc {
     }
 }
 
-
 /// The example modules built by `scripts/setup`.
 pub fn modules_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../modules/out")

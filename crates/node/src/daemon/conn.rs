@@ -4,17 +4,17 @@
 //!
 //! Every connection is non-blocking: it reads until a whole request is in,
 //! the daemon answers, it writes the answer as the socket allows, then it
-//! closes. A connection that takes longer than [`CONN_TIMEOUT`] is closed,
-//! so a stalled client cannot hold a slot.
+//! closes. A connection that has not finished by its deadline (the
+//! daemon's `[local] request_timeout_ms` after it was accepted, for the
+//! whole request and answer, however the bytes trickle) is closed, so a
+//! stalled client cannot hold a slot.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// Longest a control or metrics connection may stay open.
-pub const CONN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest request accepted, in bytes.
 pub const MAX_REQUEST: usize = 8192;
 
@@ -88,8 +88,8 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub(crate) fn new(stream: Stream, now: Instant) -> Conn {
-        Conn { stream, input: Vec::new(), output: Vec::new(), sent: 0, responding: false, deadline: now + CONN_TIMEOUT }
+    pub(crate) fn new(stream: Stream, deadline: Instant) -> Conn {
+        Conn { stream, input: Vec::new(), output: Vec::new(), sent: 0, responding: false, deadline }
     }
 
     fn is_http(&self) -> bool {
