@@ -25,7 +25,11 @@
 //! - `ANODE_BENCH_ONLY` comma list of `throughput`, `profile`, `latency`,
 //!   `netns` (default all);
 //! - `ANODE_BENCH_PIN=1` pins b and the relay to CPU 1, the generator and
-//!   sink to CPU 0 (default off).
+//!   sink to CPU 0 (default off);
+//! - `ANODE_BENCH_BASELINE=/path/to/anode` also runs a second middle node
+//!   from that (older) binary, its SNAP and plain trials interleaved with
+//!   this build's in the same run, for a before/after comparison side by
+//!   side (build the baseline from a git worktree of the older commit).
 //!
 //! Results: docs/benchmarks.md, "Node daemon (issue 4)".
 //!
@@ -94,6 +98,7 @@ struct Settings {
     gap: Duration,
     pin: bool,
     only: Option<Vec<String>>,
+    baseline: Option<PathBuf>,
 }
 
 fn env_num(name: &str) -> Option<f64> {
@@ -116,6 +121,7 @@ impl Settings {
             only: std::env::var("ANODE_BENCH_ONLY")
                 .ok()
                 .map(|v| v.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect()),
+            baseline: std::env::var_os("ANODE_BENCH_BASELINE").map(PathBuf::from),
         }
     }
     fn wants(&self, part: &str) -> bool {
@@ -230,13 +236,18 @@ struct Daemon {
 
 impl Daemon {
     fn start(dir: &Path, name: &str, config: &str) -> Daemon {
+        Daemon::start_bin(Path::new(ANODE), dir, name, config)
+    }
+
+    /// Starts node `name` from the binary `bin` (this build's, or a baseline).
+    fn start_bin(bin: &Path, dir: &Path, name: &str, config: &str) -> Daemon {
         let nd = dir.join(name);
         std::fs::create_dir_all(&nd).expect("node dir");
         let file = nd.join("node.toml");
         std::fs::write(&file, config).expect("config");
         let log = nd.join("node.log");
         let out = std::fs::File::create(&log).expect("log");
-        let child = Command::new(ANODE)
+        let child = Command::new(bin)
             .args(["node", "--log", "warn", "--config"])
             .arg(&file)
             .stdin(Stdio::null())
@@ -257,9 +268,8 @@ impl Daemon {
     fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if let Ok(mut c) = Client::connect(&self.run_dir)
-                && c.hello().is_ok()
-            {
+            // The control socket's protocol is the same in older builds.
+            if anode_node::daemon::query(&self.run_dir, "status", Duration::from_secs(1)).is_ok() {
                 return;
             }
             if let Ok(Some(st)) = self.child.try_wait() {
@@ -431,6 +441,10 @@ enum Kind {
     Snap,
     Plain,
     Raw,
+    /// SNAP through the baseline binary's node.
+    BaseSnap,
+    /// Plain through the baseline binary's node.
+    BasePlain,
 }
 
 impl Kind {
@@ -439,7 +453,13 @@ impl Kind {
             Kind::Snap => "SNAP forw",
             Kind::Plain => "plain",
             Kind::Raw => "raw relay",
+            Kind::BaseSnap => "SNAP forw (baseline)",
+            Kind::BasePlain => "plain (baseline)",
         }
+    }
+
+    fn is_base(self) -> bool {
+        matches!(self, Kind::BaseSnap | Kind::BasePlain)
     }
 }
 
@@ -612,6 +632,8 @@ struct Rig {
     generator: UdpSocket,
     b: Daemon,
     b_in: SocketAddr,
+    /// The baseline binary's middle node, and its input address.
+    base: Option<(Daemon, SocketAddr)>,
     relay: Relay,
     sink_port: u16,
     sink_count: std::sync::Arc<AtomicU64>,
@@ -635,6 +657,20 @@ impl Rig {
         if s.pin {
             pin(Pid::from_raw(b.pid()), 1);
         }
+        let base = s.baseline.as_ref().map(|bin| {
+            let ports = free_ports(2);
+            let cfg = format!(
+                "address = \"10.0.0.2\"\nmtu = 1400\nrun_dir = \"{}\"\n{}{}",
+                dir.join("b0").join("run").display(),
+                iface("to-a", ports[0], ad(1), port_of(&generator)),
+                iface("to-c", ports[1], ad(3), port_of(&sink)),
+            );
+            let d = Daemon::start_bin(bin, dir, "b0", &cfg);
+            if s.pin {
+                pin(Pid::from_raw(d.pid()), 1);
+            }
+            (d, SocketAddr::from((Ipv4Addr::LOCALHOST, ports[0])))
+        });
         let stop = Arc::new(AtomicBool::new(false));
         let sink_count = Arc::new(AtomicU64::new(0));
         let sink_addr = sink.local_addr().expect("addr");
@@ -648,13 +684,22 @@ impl Rig {
             }));
         }
         let b_in = SocketAddr::from((Ipv4Addr::LOCALHOST, ports[0]));
-        Rig { generator, b, b_in, relay, sink_port: sink_addr.port(), sink_count, stop, threads }
+        Rig { generator, b, b_in, base, relay, sink_port: sink_addr.port(), sink_count, stop, threads }
+    }
+
+    /// The node a kind of trial goes through (None: the raw relay).
+    fn node(&self, kind: Kind) -> Option<&Daemon> {
+        match kind {
+            Kind::Raw => None,
+            k if k.is_base() => self.base.as_ref().map(|(d, _)| d),
+            _ => Some(&self.b),
+        }
     }
 
     fn forwarder_cpu(&self, kind: Kind) -> f64 {
-        match kind {
-            Kind::Raw => cpu_secs(&format!("/proc/{}/stat", self.relay.child.id())),
-            _ => cpu_secs(&format!("/proc/{}/stat", self.b.pid())),
+        match self.node(kind) {
+            None => cpu_secs(&format!("/proc/{}/stat", self.relay.child.id())),
+            Some(d) => cpu_secs(&format!("/proc/{}/stat", d.pid())),
         }
     }
 
@@ -669,14 +714,16 @@ impl Rig {
         during: Option<&dyn Fn(Duration)>,
     ) -> Trial {
         let dgram = match kind {
-            Kind::Snap => snap_udp_datagram(size),
-            Kind::Plain | Kind::Raw => plain_datagram(size),
+            Kind::Snap | Kind::BaseSnap => snap_udp_datagram(size),
+            Kind::Plain | Kind::Raw | Kind::BasePlain => plain_datagram(size),
         };
-        let (target, in_port) = match kind {
-            Kind::Raw => (self.relay.addr, self.relay.addr.port()),
-            _ => (self.b_in, self.b_in.port()),
+        let target = match kind {
+            Kind::Raw => self.relay.addr,
+            k if k.is_base() => self.base.as_ref().map_or(self.b_in, |(_, a)| *a),
+            _ => self.b_in,
         };
-        let st0 = (kind != Kind::Raw).then(|| self.b.status());
+        let in_port = target.port();
+        let st0 = self.node(kind).map(Daemon::status);
         let udp0 = udp_drops();
         let sink0 = self.sink_count.load(Ordering::Relaxed);
         let stop = AtomicBool::new(false);
@@ -702,7 +749,7 @@ impl Rig {
         });
         thread::sleep(Duration::from_millis(200));
         let udp1 = udp_drops();
-        let st1 = (kind != Kind::Raw).then(|| self.b.status());
+        let st1 = self.node(kind).map(Daemon::status);
         let d = |m0: &HashMap<u16, u64>, m1: &HashMap<u16, u64>, p: u16| {
             m1.get(&p).copied().unwrap_or(0).saturating_sub(m0.get(&p).copied().unwrap_or(0))
         };
@@ -779,26 +826,33 @@ fn quantile(v: &[f64], q: f64) -> f64 {
 
 fn throughput(dir: &Path, s: &Settings, report: &mut String) -> Option<Rig> {
     let rig = Rig::start(dir, s);
-    let kinds = [Kind::Snap, Kind::Plain, Kind::Raw];
+    let mut kinds = vec![Kind::Snap, Kind::Plain, Kind::Raw];
+    if rig.base.is_some() {
+        kinds.extend([Kind::BaseSnap, Kind::BasePlain]);
+    }
+    let n = kinds.len();
     let mut trials: Vec<Trial> = Vec::new();
     eprintln!(
-        "throughput: {} reps x {} sizes x 3 paths, {:.1} s windows (pinned: {})",
+        "throughput: {} reps x {} sizes x {n} paths, {:.1} s windows (pinned: {})",
         s.reps,
         SIZES.len(),
         s.trial.as_secs_f64(),
         s.pin
     );
-    // Repetition r runs the paths in the r-th of their six orders (both
-    // sizes alike, the sizes themselves alternating), so over six
-    // repetitions each path is first, second and third equally often and
-    // follows each other path equally often: drift within a repetition
-    // and carry-over from the previous trial hit all paths alike.
-    const ORDERS: [[usize; 3]; 6] = [[0, 1, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0], [1, 0, 2], [0, 2, 1]];
+    // Repetition r runs the paths rotated by r, and every other round of n
+    // rotations in reverse (both sizes alike, the sizes themselves
+    // alternating), so over 2n repetitions each path takes every position
+    // equally often and follows and precedes each other path: drift within
+    // a repetition and carry-over from the previous trial hit all paths
+    // alike. (For three paths these are all six orders.)
     for rep in 0..s.reps {
-        let order = ORDERS[rep % ORDERS.len()];
+        let mut order: Vec<usize> = (0..n).map(|i| (i + rep) % n).collect();
+        if (rep / n) % 2 == 1 {
+            order.reverse();
+        }
         let sizes = if rep % 2 == 0 { SIZES } else { [SIZES[1], SIZES[0]] };
         for size in sizes {
-            for k in order {
+            for &k in &order {
                 let kind = kinds[k];
                 let t = rig.trial(kind, size, s, s.trial, None);
                 eprintln!(
@@ -831,7 +885,7 @@ fn throughput(dir: &Path, s: &Settings, report: &mut String) -> Option<Rig> {
         let plain = of(Kind::Plain);
         let plain_med = median(&plain.iter().map(|t| t.rate).collect::<Vec<_>>());
         let plain_us = median(&plain.iter().map(|t| t.us_per_pkt).collect::<Vec<_>>());
-        for kind in kinds {
+        for &kind in &kinds {
             let ts = of(kind);
             let rates: Vec<f64> = ts.iter().map(|t| t.rate).collect();
             let med = median(&rates);
@@ -871,6 +925,29 @@ fn throughput(dir: &Path, s: &Settings, report: &mut String) -> Option<Rig> {
             );
         }
     }
+    if rig.base.is_some() {
+        let _ = writeln!(
+            report,
+            "\nThis build against the baseline binary (`ANODE_BENCH_BASELINE`), same run, interleaved trials:\n"
+        );
+        let _ =
+            writeln!(report, "| size | path | this/baseline pkt/s, ratio of medians | this/baseline fwd CPU µs/pkt |");
+        let _ = writeln!(report, "|---:|---|---:|---:|");
+        for size in SIZES {
+            for (now, base) in [(Kind::Snap, Kind::BaseSnap), (Kind::Plain, Kind::BasePlain)] {
+                let med = |k: Kind, f: &dyn Fn(&Trial) -> f64| {
+                    median(&trials.iter().filter(|t| t.size == size && t.kind == k).map(f).collect::<Vec<_>>())
+                };
+                let _ = writeln!(
+                    report,
+                    "| {size} | {} | {:.3} | {:.3} |",
+                    now.name(),
+                    med(now, &|t| t.rate) / med(base, &|t| t.rate),
+                    med(now, &|t| t.us_per_pkt) / med(base, &|t| t.us_per_pkt),
+                );
+            }
+        }
+    }
     let _ = writeln!(report, "\nWhere packets went (sums over all trials of a case, warm-up and drain included):\n");
     let _ = writeln!(
         report,
@@ -879,7 +956,7 @@ fn throughput(dir: &Path, s: &Settings, report: &mut String) -> Option<Rig> {
     );
     let _ = writeln!(report, "|---:|---|---:|---:|---:|---|---:|---:|---:|---:|");
     for size in SIZES {
-        for kind in kinds {
+        for &kind in &kinds {
             let ts: Vec<&Trial> = trials.iter().filter(|t| t.size == size && t.kind == kind).collect();
             let sum = |f: &dyn Fn(&Trial) -> u64| ts.iter().map(|t| f(t)).sum::<u64>();
             let mut drops: BTreeMap<String, u64> = BTreeMap::new();
