@@ -10,7 +10,7 @@
 #![allow(clippy::needless_range_loop)] // rtt[kind][hops] reads best with indices
 
 use anode_cred::{GrantSpec, Interface, InterfaceSet, Issuer, Limits, ModuleGrant, ModuleHash, PrincipalId};
-use anode_node::client::Client;
+use anode_daemon::client::Client;
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 use std::path::Path;

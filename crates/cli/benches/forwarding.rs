@@ -36,9 +36,9 @@
 //! Every daemon started is stopped when its guard drops, and on SIGINT,
 //! SIGTERM or SIGHUP (a signalfd thread runs the cleanups and exits).
 
+use anode_daemon::client::Client;
 use anode_node::anep;
-use anode_node::client::Client;
-use anode_node::plain::{self, Plain};
+use anode_node::plain;
 use anode_snap::asm;
 use nix::errno::Errno;
 use nix::sched::{CpuSet, sched_setaffinity};
@@ -269,7 +269,7 @@ impl Daemon {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             // The control socket's protocol is the same in older builds.
-            if anode_node::daemon::query(&self.run_dir, "status", Duration::from_secs(1)).is_ok() {
+            if anode_daemon::query(&self.run_dir, "status", Duration::from_secs(1)).is_ok() {
                 return;
             }
             if let Ok(Some(st)) = self.child.try_wait() {
@@ -376,7 +376,9 @@ fn snap_udp_datagram(size: usize) -> Vec<u8> {
 
 fn plain_datagram(size: usize) -> Vec<u8> {
     let mut p = vec![0x5a; size - anep::HEADER_LEN];
-    Plain { dst: ad(3), src: ad(1), ttl: 64, port: DATA_PORT }.emit(&mut p[..plain::HEADER_LEN]);
+    plain::Repr { dst: ad(3), src: ad(1), ttl: 64, port: DATA_PORT }
+        .emit(&mut p[..plain::HEADER_LEN])
+        .expect("header room");
     let d = anep::frame(anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_PLAIN, &p);
     assert_eq!(d.len(), size, "plain datagram size");
     d
@@ -1053,7 +1055,7 @@ fn category(dso: &str, sym: &str) -> &'static str {
     } else if sym.contains("anode_node::core") || sym.contains("anode_node::anep") || sym.contains("anode_node::plain")
     {
         "node core (ANEP, routes, counters)"
-    } else if sym.contains("anode_node::daemon") {
+    } else if sym.contains("anode_daemon") {
         "daemon loop (batches, sendmmsg setup)"
     } else if sym.contains("nix::") {
         "nix wrappers"

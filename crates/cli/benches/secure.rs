@@ -16,9 +16,9 @@
 //! run. `ANODE_BENCH_TRIAL_S` (default 2), `ANODE_BENCH_REPS` (default 6),
 //! `ANODE_BENCH_PINGS` (default 1000). Results: docs/benchmarks.md, "SANE".
 
+use anode_daemon::client::Client;
 use anode_node::anep;
-use anode_node::client::Client;
-use anode_node::plain::{self, Plain};
+use anode_node::plain;
 use anode_sec::sa::{AH_LEN, OVERHEAD};
 use anode_sec::{Identity, Links, LinksConfig, Mode, Output, PeerConfig};
 use anode_snap::asm;
@@ -149,7 +149,7 @@ fn free_addrs(n: usize) -> Vec<SocketAddr> {
 
 fn plain_datagram(size: usize) -> Vec<u8> {
     let mut p = vec![0x5a; size - anep::HEADER_LEN];
-    Plain { dst: ad(3), src: ad(1), ttl: 64, port: 7 }.emit(&mut p[..plain::HEADER_LEN]);
+    plain::Repr { dst: ad(3), src: ad(1), ttl: 64, port: 7 }.emit(&mut p[..plain::HEADER_LEN]).expect("header room");
     anep::frame(anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_PLAIN, &p)
 }
 
@@ -206,12 +206,13 @@ impl Side {
         self.sock.set_nonblocking(true).expect("nonblocking");
         let mut buf = vec![0u8; 2048];
         while let Ok((n, from)) = self.sock.recv_from(&mut buf) {
-            let Ok(a) = anep::Anep::parse(&buf[..n]) else { continue };
+            let Ok(a) = anep::Packet::new_checked(&buf[..n]) else { continue };
+            let (type_id, payload_start) = (a.type_id(), a.payload_start());
             let l = self.links.as_mut().expect("links");
-            if a.type_id == anep::TYPE_HANDSHAKE {
-                let _ = l.handle_handshake(from, &buf[a.payload_start..n], now_ms(t0), &mut out);
+            if type_id == anep::TYPE_HANDSHAKE {
+                let _ = l.handle_handshake(from, &buf[payload_start..n], now_ms(t0), &mut out);
             } else {
-                let _ = l.open(&mut buf[..n], a.payload_start, a.type_id == anep::TYPE_ESP, now_ms(t0));
+                let _ = l.open(&mut buf[..n], payload_start, type_id == anep::TYPE_ESP, now_ms(t0));
             }
         }
         for o in out {

@@ -1,15 +1,15 @@
 //! Applications over a running node's local API: ping, traceroute, send,
 //! recv, multicast.
 //!
-//! Each tool talks to the local node through [`anode_node::client::Client`]
+//! Each tool talks to the local node through [`anode_daemon::client::Client`]
 //! (the node's `<run_dir>/app.sock`) and builds its SNAP program from the
 //! assembler text under `examples/snap/`: the tool replaces the program's
 //! `.stack` line with its own stack and sets the header fields (source,
 //! destination, resource bound, port) in code.
 
-use anode_node::client::{self, Client, ClientError};
+use anode_daemon as daemon;
+use anode_daemon::client::{self, Client, ClientError};
 use anode_node::config::NodeConfig;
-use anode_node::daemon;
 use anode_snap::asm;
 use anyhow::{Context, Result, anyhow, bail};
 use std::collections::BTreeSet;

@@ -4,10 +4,10 @@
 //! authenticated (encrypted) control message; the node decides once, at
 //! load, and answers over the same SA.
 
-use anode_node::anep;
-use anode_node::switchlets::LoadRequest;
 use anode_sec::sa::{AH_LEN, OVERHEAD};
 use anode_sec::{Identity, Links, LinksConfig, Mode, Output, PublicKey};
+use anode_wire::anep;
+use anode_wire::control::{LoadReply, LoadRequest, Message};
 use anyhow::{Context, Result, anyhow, bail};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
@@ -74,22 +74,27 @@ pub fn run(c: ModuleCmd) -> Result<ExitCode> {
         let mut out = Vec::new();
         links.poll(now_ms(t0), &mut out);
         if let Ok((n, from)) = sock.recv_from(&mut buf) {
-            let Ok(a) = anep::Anep::parse(&buf[..n]) else { continue };
-            match a.type_id {
+            let Ok(a) = anep::Packet::new_checked(&buf[..n]) else { continue };
+            let (type_id, ps) = (a.type_id(), a.payload_start());
+            match type_id {
                 anep::TYPE_HANDSHAKE => {
-                    if let Err(e) = links.handle_handshake(from, &buf[a.payload_start..n], now_ms(t0), &mut out) {
+                    if let Err(e) = links.handle_handshake(from, &buf[ps..n], now_ms(t0), &mut out) {
                         bail!("handshake with {node} failed: {e}");
                     }
                 }
                 anep::TYPE_AUTH | anep::TYPE_ESP => {
-                    let enc = a.type_id == anep::TYPE_ESP;
-                    if let Ok(o) = links.open(&mut buf[..n], a.payload_start, enc, now_ms(t0))
-                        && let Ok(ia) = anep::Anep::parse(&buf[o.inner.clone()])
-                        && ia.type_id == anep::TYPE_CONTROL
+                    let enc = type_id == anep::TYPE_ESP;
+                    if let Ok(o) = links.open(&mut buf[..n], ps, enc, now_ms(t0))
+                        && let Ok(ia) = anep::Packet::new_checked(&buf[o.inner.clone()])
+                        && ia.type_id() == anep::TYPE_CONTROL
                     {
-                        let text = String::from_utf8_lossy(&buf[o.inner.start + ia.payload_start..o.inner.end]);
-                        println!("{node}: {text}");
-                        let ok = text.starts_with("loaded") || text.starts_with("already loaded");
+                        let reply = match Message::parse(ia.payload()) {
+                            Ok(Message::LoadReply(r)) => r,
+                            Ok(other) => bail!("{node} answered with {other:?}, not a load reply"),
+                            Err(e) => bail!("{node} answered with a malformed control message: {e}"),
+                        };
+                        println!("{node}: {reply}");
+                        let ok = matches!(reply, LoadReply::Loaded(_) | LoadReply::AlreadyLoaded(_));
                         return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) });
                     }
                 }
@@ -102,7 +107,10 @@ pub fn run(c: ModuleCmd) -> Result<ExitCode> {
             }
         }
         if links.is_up(peer) && !sent_request {
-            let body = LoadRequest { name: name.as_deref(), credential: &cred, code: &code }.encode();
+            let mut body = Vec::new();
+            Message::Load(LoadRequest { name: name.as_deref(), credential: &cred, code: &code })
+                .emit(&mut body)
+                .map_err(|e| anyhow!("load request: {e}"))?;
             let inner = anep::frame(anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_CONTROL, &body);
             let mut d = vec![0u8; anep::HEADER_LEN + OVERHEAD + inner.len()];
             d[anep::HEADER_LEN + AH_LEN..anep::HEADER_LEN + AH_LEN + inner.len()].copy_from_slice(&inner);

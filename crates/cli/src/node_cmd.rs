@@ -1,10 +1,9 @@
 //! `anode node` (the daemon) and `anode status`.
-use anode_node::daemon::{self, DaemonError, Options};
+use anode_daemon::{self as daemon, DaemonError, Options};
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 use tracing_subscriber::EnvFilter;
 
@@ -55,7 +54,7 @@ fn init_logging(filter: Option<&str>) -> Result<()> {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     // Every log line is rate-limited per source line: no input can flood
-    // the log (anode_node::daemon::ratelog).
+    // the log (anode_daemon::ratelog).
     tracing_subscriber::registry()
         .with(filter)
         .with(daemon::ratelog::layer())
@@ -87,8 +86,7 @@ pub fn run(a: NodeArgs) -> Result<ExitCode> {
         println!("run directory {}", daemon::run_dir_of(c).display());
         return Ok(ExitCode::SUCCESS);
     }
-    let stop = AtomicBool::new(false);
-    match daemon::run(&cfg, &Options { signals: true }, &stop) {
+    match daemon::run(&cfg, &Options { signals: true }) {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(e) => {
             tracing::error!("{}: {e}", cfg.path.display());

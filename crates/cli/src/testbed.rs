@@ -617,7 +617,7 @@ fn reserve_ports(n: usize, base: Option<u16>) -> Result<(Vec<u16>, Vec<UdpSocket
 /// Asks the node whose run directory is `node_dir` for its address
 /// (local API HELLO).
 fn hello(node_dir: &Path) -> Option<Ipv4Addr> {
-    let mut c = anode_node::client::Client::connect(node_dir).ok()?;
+    let mut c = anode_daemon::client::Client::connect(node_dir).ok()?;
     c.set_timeout(Duration::from_millis(200));
     c.hello().ok().map(|(a, _)| a)
 }
@@ -680,7 +680,7 @@ fn wait_ready(started: &mut [Started], plan: &Plan, timeout: Duration) -> Result
         // dropped for want of one.
         for s in started.iter() {
             loop {
-                let st = anode_node::daemon::query(&s.node_dir, "status", Duration::from_secs(2))
+                let st = anode_daemon::query(&s.node_dir, "status", Duration::from_secs(2))
                     .ok()
                     .and_then(|a| serde_json::from_str::<serde_json::Value>(&a).ok());
                 let Some(sec) = st.as_ref().and_then(|v| v.get("security")) else { break };

@@ -7,10 +7,10 @@
 
 mod common;
 
-use anode_node::daemon::{self, APP_SOCKET, CONTROL_SOCKET};
-use anode_node::local::{Reply, Request};
+use anode_daemon::{self as daemon, APP_SOCKET, CONTROL_SOCKET};
 use anode_snap::asm;
 use anode_snap::value::Value as SnapValue;
+use anode_wire::local::{Reply, Request};
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};

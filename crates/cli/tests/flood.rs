@@ -19,9 +19,9 @@
 
 mod common;
 
+use anode_daemon as daemon;
+use anode_daemon::client::Client;
 use anode_node::anep::{self, FLAG_DISCARD_UNKNOWN, TYPE_AUTH, TYPE_CAPSULE, TYPE_PLAIN, TYPE_SNAP};
-use anode_node::client::Client;
-use anode_node::daemon;
 use anode_snap::asm;
 use serde_json::Value;
 use std::collections::BTreeMap;

@@ -6,7 +6,7 @@
 mod common;
 
 use anode_cred::Interface;
-use anode_node::client::{Client, ClientError};
+use anode_daemon::client::{Client, ClientError};
 use common::{
     ANODE, Line, Scratch, eventually, first_listen, issue_credential, module, modules_dir, status, text, up_line3,
     user_keys,

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 pub enum ConfigError {
     /// The TOML does not parse or does not match the schema.
     #[error("{0}")]
-    Syntax(String),
+    Syntax(toml::de::Error),
     /// The node has no interfaces.
     #[error("no [[interface]] sections: a node needs at least one interface")]
     NoInterfaces,
@@ -88,30 +88,111 @@ pub enum ConfigError {
     #[error("security is on but neighbour {0} has no `key` (its public key, from `anode keys show`)")]
     MissingNeighborKey(Ipv4Addr),
     /// A key in the config does not parse.
-    #[error("{what}: {error}")]
+    #[error("{what}: {problem}")]
     BadKey {
         /// Which key.
-        what: String,
+        what: KeyField,
         /// Why.
-        error: String,
+        problem: KeyProblem,
     },
     /// A bad protection mode name.
     #[error("{what}: mode {mode:?} is neither \"authenticate\" nor \"encrypt\"")]
     BadMode {
-        /// Where.
-        what: String,
+        /// Where: the `[security]` section, or a neighbour.
+        what: ModeField,
         /// The name given.
         mode: String,
     },
+    /// The security layer refused the neighbours and users (its own key
+    /// listed, or a key twice).
+    #[error("[security]: {0}")]
+    Links(#[from] anode_sec::links::LinksError),
+    /// The administrator key is not usable as a credential root.
+    #[error("[modules] admin_key: {0}")]
+    AdminRoot(anode_cred::CredError),
+    /// The wasm engine could not be set up on this host.
+    #[error("[modules]: {0}")]
+    Sandbox(#[from] anode_sandbox::SetupError),
     /// Security is on but no key file is configured.
     #[error("security is on but [security] has no `key` (the node's secret key file, from `anode keys gen`)")]
     MissingKeyFile,
     /// Two neighbours share a key.
     #[error("neighbours {0} and {1} have the same key")]
     DuplicateNeighborKey(Ipv4Addr, Ipv4Addr),
-    /// A lifetime or rate setting out of range.
-    #[error("[security] {0}")]
-    BadSecuritySetting(String),
+    /// SA lifetimes out of order.
+    #[error("[security] need 0 < rekey_after_secs < reject_after_secs (got {rekey} and {reject})")]
+    BadLifetimes {
+        /// `rekey_after_secs`.
+        rekey: u64,
+        /// `reject_after_secs`.
+        reject: u64,
+    },
+    /// A `[security]` setting that must be positive is zero.
+    #[error("[security] {0} must be positive")]
+    ZeroSecuritySetting(&'static str),
+}
+
+/// Which key of the configuration a [`ConfigError::BadKey`] is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyField {
+    /// `[modules] admin_key`.
+    AdminKey,
+    /// A neighbour's `key`.
+    Neighbor(Ipv4Addr),
+    /// `[security] users[i]`.
+    User(usize),
+}
+
+impl core::fmt::Display for KeyField {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            KeyField::AdminKey => f.write_str("[modules] admin_key"),
+            KeyField::Neighbor(a) => write!(f, "neighbour {a} key"),
+            KeyField::User(i) => write!(f, "[security] users[{i}]"),
+        }
+    }
+}
+
+/// Why a public key in the configuration does not parse; each carries the
+/// key text (cut short) for the message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyProblem {
+    /// Not `anode-ed25519-public-v1 <64 hex digits>` (or the 64 digits alone).
+    #[error("{0}: not an anode public key (expected `{tag} <64 hex digits>`)", tag = anode_sec::identity::PUBLIC_TAG)]
+    Format(String),
+    /// 32 bytes that are not an Ed25519 curve point.
+    #[error("{0}: not a valid Ed25519 public key (not a curve point)")]
+    NotOnCurve(String),
+}
+
+/// Which part of the configuration a [`ConfigError::BadMode`] is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModeField {
+    /// `[security] mode`.
+    Security,
+    /// A neighbour's `mode`.
+    Neighbor(Ipv4Addr),
+}
+
+impl core::fmt::Display for ModeField {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ModeField::Security => f.write_str("[security]"),
+            ModeField::Neighbor(a) => write!(f, "neighbour {a}"),
+        }
+    }
+}
+
+/// Parses a public key of the configuration, naming the key when it fails.
+pub fn parse_key(what: KeyField, text: &str) -> Result<anode_sec::PublicKey, ConfigError> {
+    anode_sec::PublicKey::parse(text).map_err(|e| {
+        let problem = match e {
+            anode_sec::KeyError::BadPoint(t) => KeyProblem::NotOnCurve(t),
+            anode_sec::KeyError::Format { what, .. } => KeyProblem::Format(what),
+            other => KeyProblem::Format(other.to_string()),
+        };
+        ConfigError::BadKey { what, problem }
+    })
 }
 
 fn default_mtu() -> usize {
@@ -243,19 +324,19 @@ fn max_clock_skew_secs() -> u64 {
 }
 
 /// Parses a protection mode name.
-pub fn parse_mode(what: &str, m: Option<&str>, default: anode_sec::Mode) -> Result<anode_sec::Mode, ConfigError> {
+pub fn parse_mode(what: ModeField, m: Option<&str>, default: anode_sec::Mode) -> Result<anode_sec::Mode, ConfigError> {
     match m {
         None => Ok(default),
         Some("authenticate") => Ok(anode_sec::Mode::Authenticate),
         Some("encrypt") => Ok(anode_sec::Mode::Encrypt),
-        Some(o) => Err(ConfigError::BadMode { what: what.to_string(), mode: o.to_string() }),
+        Some(o) => Err(ConfigError::BadMode { what, mode: o.to_string() }),
     }
 }
 
 impl SecurityConfig {
     /// The default link mode.
     pub fn default_mode(&self) -> Result<anode_sec::Mode, ConfigError> {
-        parse_mode("[security]", self.mode.as_deref(), anode_sec::Mode::Encrypt)
+        parse_mode(ModeField::Security, self.mode.as_deref(), anode_sec::Mode::Encrypt)
     }
 }
 
@@ -362,7 +443,7 @@ pub struct NodeConfig {
 impl NodeConfig {
     /// Parses and validates a configuration.
     pub fn from_toml(text: &str) -> Result<NodeConfig, ConfigError> {
-        let c: NodeConfig = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        let c: NodeConfig = toml::from_str(text).map_err(ConfigError::Syntax)?;
         c.validate()?;
         Ok(c)
     }
@@ -434,8 +515,7 @@ impl NodeConfig {
             return Err(ConfigError::ViaNotNeighbor { dest: Ipv4Addr::UNSPECIFIED, via });
         }
         if let Some(m) = &self.modules {
-            anode_sec::PublicKey::parse(&m.admin_key)
-                .map_err(|e| ConfigError::BadKey { what: "[modules] admin_key".into(), error: e.to_string() })?;
+            parse_key(KeyField::AdminKey, &m.admin_key)?;
         }
         if let Some(sec) = self.security.as_ref().filter(|s| s.enabled) {
             if sec.key.is_none() {
@@ -445,30 +525,23 @@ impl NodeConfig {
             let mut keys: BTreeMap<anode_sec::PublicKey, Ipv4Addr> = BTreeMap::new();
             for n in self.interfaces.iter().flat_map(|i| &i.neighbors) {
                 let k = n.key.as_deref().ok_or(ConfigError::MissingNeighborKey(n.address))?;
-                let k = anode_sec::PublicKey::parse(k).map_err(|e| ConfigError::BadKey {
-                    what: format!("neighbour {} key", n.address),
-                    error: e.to_string(),
-                })?;
-                parse_mode(&format!("neighbour {}", n.address), n.mode.as_deref(), default)?;
+                let k = parse_key(KeyField::Neighbor(n.address), k)?;
+                parse_mode(ModeField::Neighbor(n.address), n.mode.as_deref(), default)?;
                 if let Some(other) = keys.insert(k, n.address) {
                     return Err(ConfigError::DuplicateNeighborKey(other, n.address));
                 }
             }
             for (i, u) in sec.users.iter().enumerate() {
-                anode_sec::PublicKey::parse(u).map_err(|e| ConfigError::BadKey {
-                    what: format!("[security] users[{i}]"),
-                    error: e.to_string(),
-                })?;
+                parse_key(KeyField::User(i), u)?;
             }
             if sec.rekey_after_secs == 0 || sec.reject_after_secs <= sec.rekey_after_secs {
-                return Err(ConfigError::BadSecuritySetting(
-                    "need 0 < rekey_after_secs < reject_after_secs".to_string(),
-                ));
+                return Err(ConfigError::BadLifetimes { rekey: sec.rekey_after_secs, reject: sec.reject_after_secs });
             }
-            if sec.rekey_after_packets == 0 || sec.handshake_rate == 0 {
-                return Err(ConfigError::BadSecuritySetting(
-                    "rekey_after_packets and handshake_rate must be positive".to_string(),
-                ));
+            if sec.rekey_after_packets == 0 {
+                return Err(ConfigError::ZeroSecuritySetting("rekey_after_packets"));
+            }
+            if sec.handshake_rate == 0 {
+                return Err(ConfigError::ZeroSecuritySetting("handshake_rate"));
             }
         }
         Ok(())
@@ -520,7 +593,7 @@ pub struct Topology {
 impl Topology {
     /// Parses and validates a topology.
     pub fn from_toml(text: &str) -> Result<Topology, ConfigError> {
-        let t: Topology = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        let t: Topology = toml::from_str(text).map_err(ConfigError::Syntax)?;
         t.validate()?;
         Ok(t)
     }

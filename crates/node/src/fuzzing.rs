@@ -14,7 +14,7 @@
 //!   re-encode to the same bytes, and requests are applied to a node as the
 //!   daemon would.
 
-use crate::anep::{self, Anep, AnepError};
+use crate::anep;
 use crate::config::{NodeConfig, Topology};
 use crate::core::{Data, Node, Outbox, recv_buffer_len};
 use crate::counters::{Counters, Drop, N_DROPS};
@@ -148,12 +148,12 @@ fn check_datagram(bytes: &[u8], iface: usize, before: &Counters, after: &Counter
     assert_eq!(drop(Drop::TxFailed), 0);
     let anep_drops = [Drop::AnepTruncated, Drop::AnepBadVersion, Drop::AnepBadLength, Drop::AnepBadOption];
     let handled = d.rx_snap.min(1) + d.rx_plain + d.rx_unknown;
-    match Anep::parse(bytes) {
+    match anep::Packet::new_checked(bytes) {
         Err(e) => {
             let want = match e {
-                AnepError::Truncated(_) => Drop::AnepTruncated,
-                AnepError::BadVersion(_) => Drop::AnepBadVersion,
-                AnepError::BadHeaderLength { .. } | AnepError::BadPacketLength { .. } => Drop::AnepBadLength,
+                anep::Error::Truncated(_) => Drop::AnepTruncated,
+                anep::Error::BadVersion(_) => Drop::AnepBadVersion,
+                anep::Error::BadHeaderLength { .. } | anep::Error::BadPacketLength { .. } => Drop::AnepBadLength,
                 _ => Drop::AnepBadOption,
             };
             assert_eq!(drop(want), 1, "{e}");
@@ -164,7 +164,7 @@ fn check_datagram(bytes: &[u8], iface: usize, before: &Counters, after: &Counter
         Ok(a) => {
             assert_eq!(anep_drops.iter().map(|&r| drop(r)).sum::<u64>(), 0);
             assert_eq!(handled, 1, "handled exactly once");
-            match a.type_id {
+            match a.type_id() {
                 anep::TYPE_SNAP => {
                     assert_eq!(d.rx_snap.min(1), 1);
                     // Packets sent to this node itself run here again (and
@@ -175,7 +175,7 @@ fn check_datagram(bytes: &[u8], iface: usize, before: &Counters, after: &Counter
                     // SNAP §IV-A.3 through the node: a packet that arrives
                     // with bound n causes at most n - 1 further sends.
                     let rb = bytes
-                        .get(a.payload_start + 4..a.payload_start + 6)
+                        .get(a.payload_start() + 4..a.payload_start() + 6)
                         .map_or(0, |b| u16::from_be_bytes([b[0], b[1]]) as u64);
                     assert!(sends < rb.max(1), "{sends} sends from a packet with rb {rb}");
                     for r in [Drop::UnknownType, Drop::PlainMalformed, Drop::TtlExceeded] {
@@ -187,14 +187,14 @@ fn check_datagram(bytes: &[u8], iface: usize, before: &Counters, after: &Counter
                     assert_eq!(d.delivered + d.plain_forwarded + d.total_drops(), 1, "one fate");
                     assert_eq!(out.transmits.len() as u64, d.plain_forwarded);
                     if d.plain_forwarded == 1 {
-                        let ttl = bytes[a.payload_start + 8];
+                        let ttl = bytes[a.payload_start() + 8];
                         let sent = out.bytes(&out.transmits[0].data, input);
                         assert_eq!(sent.len(), bytes.len());
-                        assert_eq!(sent[a.payload_start + 8], ttl - 1, "ttl decremented in place");
+                        assert_eq!(sent[a.payload_start() + 8], ttl - 1, "ttl decremented in place");
                     }
                     if d.delivered == 1 {
                         let got = out.bytes(&out.deliveries[0].data, input);
-                        assert_eq!(got, &bytes[a.payload_start + plain::HEADER_LEN..]);
+                        assert_eq!(got, &bytes[a.payload_start() + plain::HEADER_LEN..]);
                     }
                 }
                 _ => {
@@ -213,10 +213,10 @@ fn check_datagram(bytes: &[u8], iface: usize, before: &Counters, after: &Counter
     for t in &out.transmits {
         assert_eq!(neighbour_iface(t.to), Some(t.iface), "sent to {} via interface {}", t.to, t.iface);
         let s = out.bytes(&t.data, input);
-        let a = Anep::parse(s).expect("transmits are valid ANEP datagrams");
-        if a.type_id == anep::TYPE_SNAP {
-            let p = Packet::new_checked(&s[a.payload_start..]).expect("transmits are valid SNAP packets");
-            assert_eq!(p.total_len(), s.len() - a.payload_start);
+        let a = anep::Packet::new_checked(s).expect("transmits are valid ANEP datagrams");
+        if a.type_id() == anep::TYPE_SNAP {
+            let p = Packet::new_checked(a.payload()).expect("transmits are valid SNAP packets");
+            assert_eq!(p.total_len(), a.payload().len());
             assert!(p.total_len() <= 1400);
         }
     }
@@ -303,7 +303,7 @@ pub fn local(data: &[u8]) {
         for t in &out.transmits {
             assert!(matches!(t.data, Data::Arena(_)));
             assert_eq!(neighbour_iface(t.to), Some(t.iface));
-            assert!(Anep::parse(out.bytes(&t.data, &[])).is_ok());
+            assert!(anep::Packet::new_checked(out.bytes(&t.data, &[])).is_ok());
         }
         for dl in &out.deliveries {
             assert!(matches!(dl.data, Data::Arena(_)));
@@ -316,10 +316,13 @@ pub fn local(data: &[u8]) {
     }
 }
 
-/// Arbitrary bytes as a control message's load request: parse, and a
-/// parsed request re-encodes to the same bytes.
+/// Arbitrary bytes as a control message: parse, and a parsed message
+/// re-encodes to the same bytes.
 pub fn control(data: &[u8]) {
-    if let Ok(r) = crate::switchlets::LoadRequest::parse(data) {
-        assert_eq!(r.encode(), data, "a load request re-encodes byte for byte");
+    if let Ok(m) = anode_wire::control::Message::parse(data) {
+        let mut v = Vec::new();
+        assert!(m.emit(&mut v).is_ok(), "a parsed message emits");
+        assert_eq!(v, data, "a control message re-encodes byte for byte");
+        assert_eq!(v.len(), m.buffer_len());
     }
 }

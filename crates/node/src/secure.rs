@@ -10,10 +10,10 @@
 //! ```
 
 use crate::anep;
-use crate::config::{ConfigError, NodeConfig, parse_mode};
+use crate::config::{ConfigError, KeyField, ModeField, NodeConfig, parse_key, parse_mode};
 use crate::counters::Drop;
 use anode_sec::links::Stats;
-use anode_sec::{HsReject, Identity, Lifetime, Links, LinksConfig, Mode, PeerConfig, PublicKey, RateLimit, Reject};
+use anode_sec::{HsReject, Identity, Lifetime, Links, LinksConfig, Mode, PeerConfig, RateLimit, Reject};
 use core::net::{Ipv4Addr, SocketAddr};
 use std::collections::HashMap;
 
@@ -52,15 +52,14 @@ impl Guard {
     pub fn new(cfg: &NodeConfig, init: SecurityInit, now_ms: u64) -> Result<Guard, ConfigError> {
         let Some(sec) = cfg.security.as_ref() else { return Err(ConfigError::MissingKeyFile) };
         let default = sec.default_mode()?;
-        let bad = |what: String| move |e: anode_sec::KeyError| ConfigError::BadKey { what, error: e.to_string() };
         let mut peers = Vec::new();
         let mut addr_of_peer = Vec::new();
         let mut iface_of_endpoint = HashMap::new();
         for (i, iface) in cfg.interfaces.iter().enumerate() {
             for n in &iface.neighbors {
                 let k = n.key.as_deref().ok_or(ConfigError::MissingNeighborKey(n.address))?;
-                let key = PublicKey::parse(k).map_err(bad(format!("neighbour {} key", n.address)))?;
-                let mode = parse_mode(&format!("neighbour {}", n.address), n.mode.as_deref(), default)?;
+                let key = parse_key(KeyField::Neighbor(n.address), k)?;
+                let mode = parse_mode(ModeField::Neighbor(n.address), n.mode.as_deref(), default)?;
                 peers.push(PeerConfig { key, endpoint: n.endpoint, mode });
                 addr_of_peer.push(Some(n.address));
                 iface_of_endpoint.insert(n.endpoint, i);
@@ -68,7 +67,7 @@ impl Guard {
         }
         let mut users = Vec::new();
         for (i, u) in sec.users.iter().enumerate() {
-            users.push(PublicKey::parse(u).map_err(bad(format!("[security] users[{i}]")))?);
+            users.push(parse_key(KeyField::User(i), u)?);
             addr_of_peer.push(None);
         }
         let lc = LinksConfig {
@@ -91,8 +90,7 @@ impl Guard {
             },
             ..LinksConfig::default()
         };
-        let links = Links::new(init.identity, lc, now_ms)
-            .map_err(|e| ConfigError::BadKey { what: "[security]".into(), error: e.to_string() })?;
+        let links = Links::new(init.identity, lc, now_ms)?;
         let peer_of_endpoint =
             (0..links.peer_count()).filter_map(|p| links.endpoint_of(p).map(|e| (e, p))).collect::<HashMap<_, _>>();
         Ok(Guard { links, peer_of_endpoint, addr_of_peer, iface_of_endpoint, outs: Vec::new() })

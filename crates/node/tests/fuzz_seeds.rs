@@ -4,7 +4,7 @@
 
 use anode_node::anep;
 use anode_node::fuzzing;
-use anode_node::local::{Reply, Request};
+use anode_wire::local::{Reply, Request};
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
@@ -34,7 +34,7 @@ fn snap(src: &str, from: Ipv4Addr, to: Ipv4Addr, rb: u16, port: u16) -> Vec<u8> 
 
 fn plain(dst: Ipv4Addr, ttl: u8, port: u16, payload: &[u8]) -> Vec<u8> {
     let mut b = vec![0; anode_node::plain::HEADER_LEN + payload.len()];
-    anode_node::plain::Plain { dst, src: a(1), ttl, port }.emit(&mut b);
+    anode_node::plain::Repr { dst, src: a(1), ttl, port }.emit(&mut b).expect("room for the header");
     b[anode_node::plain::HEADER_LEN..].copy_from_slice(payload);
     b
 }

@@ -5,7 +5,7 @@
 //! maps endpoints back to `(node, interface)`, and moves datagrams through a
 //! FIFO until the network is quiet, collecting deliveries per node.
 
-use anode_node::anep::{self, Anep};
+use anode_node::anep;
 use anode_node::config::{NodeConfig, Topology};
 use anode_node::core::{Node, Outbox, recv_buffer_len};
 use anode_node::counters::{DROP_NAMES, Drop};
@@ -169,10 +169,10 @@ impl Net {
                 t.to,
                 t.iface
             );
-            let a = Anep::parse(&bytes).expect("nodes transmit valid ANEP datagrams");
-            if a.type_id == anep::TYPE_SNAP {
-                let p = Packet::new_checked(&bytes[a.payload_start..]).expect("nodes transmit valid SNAP packets");
-                assert_eq!(p.total_len(), bytes.len() - a.payload_start);
+            let a = anep::Packet::new_checked(&bytes[..]).expect("nodes transmit valid ANEP datagrams");
+            if a.type_id() == anep::TYPE_SNAP {
+                let p = Packet::new_checked(a.payload()).expect("nodes transmit valid SNAP packets");
+                assert_eq!(p.total_len(), a.payload().len());
             }
             let (to, iface) = self.ends[&t.to];
             self.nodes[k].count_tx(t.iface, bytes.len(), true);
@@ -298,8 +298,8 @@ fn ping_over_zero_to_three_hops() {
             }
             // The reply is re-originated at the destination (forwto).
             if let Some(last) = net.hops.last() {
-                let a = Anep::parse(&last.bytes).expect("anep");
-                let p = Packet::new_checked(&last.bytes[a.payload_start..]).expect("snap");
+                let a = anep::Packet::new_checked(&last.bytes[..]).expect("anep");
+                let p = Packet::new_checked(a.payload()).expect("snap");
                 assert_eq!((p.src(), p.dst()), (addr(hops), addr(0)));
                 assert_eq!(p.resource_bound(), 16 - 1 - 2 * hops as u16 + 1, "one per arrival so far");
             }
@@ -727,7 +727,7 @@ proptest! {
                 .map(|&r| c.dropped(r) - before.dropped(r))
                 .sum::<u64>();
             prop_assert_eq!(anep_drops + u64::from(handled > 0), 1);
-            prop_assert_eq!(Anep::parse(d).is_ok(), handled > 0);
+            prop_assert_eq!(anep::Packet::new_checked(&d[..]).is_ok(), handled > 0);
         }
         net.check_iface_counters();
         let got = net.delivered[0].len();
@@ -859,8 +859,8 @@ fn send_to_self_then_forward_in_place() {
     assert_eq!(net.nodes[1].counters.rx_snap, 2);
     assert_eq!(net.hops.len(), 1);
     assert_eq!(net.hops[0].to, 2);
-    let a = Anep::parse(&net.hops[0].bytes).expect("anep");
-    let q = Packet::new_checked(&net.hops[0].bytes[a.payload_start..]).expect("snap");
+    let a = anep::Packet::new_checked(&net.hops[0].bytes[..]).expect("anep");
+    let q = Packet::new_checked(a.payload()).expect("snap");
     assert_eq!(q.dst(), addr(2));
     assert_eq!(q.resource_bound(), 16 - 1 - 1, "one for the arrival, one for the child");
 }

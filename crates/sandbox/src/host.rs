@@ -360,7 +360,7 @@ fn define_net(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
         let Some(payload) = read(&mut c, ptr, len, usize::MAX) else { return E_INVAL };
         let d = c.data_mut();
         d.call.sends += 1;
-        d.call.out.push(Action::SendPacket { dst: to_addr(dst), port, payload });
+        d.call.out.push(Action::SendPacket { principal: d.principal, dst: to_addr(dst), port, payload });
         0
     })?;
     // deliver_local(port, ptr, len) -> 0: to a local application
@@ -372,7 +372,7 @@ fn define_net(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
         let Some(payload) = read(&mut c, ptr, len, usize::MAX) else { return E_INVAL };
         let d = c.data_mut();
         d.call.sends += 1;
-        d.call.out.push(Action::DeliverLocal { port, payload });
+        d.call.out.push(Action::DeliverLocal { principal: d.principal, port, payload });
         0
     })?;
     // source() -> the address the current packet came from (0: none)
@@ -402,7 +402,7 @@ fn define_net(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
             }
             let d = c.data_mut();
             d.call.sends += 1;
-            d.call.out.push(Action::SendCapsule { to: to_addr(to), bytes });
+            d.call.out.push(Action::SendCapsule { principal: Some(d.principal), to: to_addr(to), bytes });
             0
         },
     )?;

@@ -37,8 +37,8 @@ pub use anode_cred::{self as cred, PrincipalId};
 pub use cache::{CacheStats, Import};
 pub use host::HostLimits;
 pub use sandbox::{
-    CapsuleError, CapsuleOutcome, CpuBound, InvokeError, LoadError, LoadSpec, ModuleCounters, ModuleInfo, ModuleKind,
-    Sandbox, SandboxConfig, SandboxCounters, SetupError,
+    CapsuleError, CapsuleOutcome, CpuBound, Invocation, InvokeError, LoadError, LoadSpec, ModuleCounters, ModuleInfo,
+    ModuleKind, Sandbox, SandboxConfig, SandboxCounters, SetupError,
 };
 
 /// Most entries one module may register.
@@ -64,11 +64,14 @@ impl core::fmt::Display for ModuleId {
     }
 }
 
-/// What the node must do on behalf of modules.
+/// What the node must do on behalf of modules. Each action names the
+/// principal it is done for, so the node can schedule and charge it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     /// Send a plain packet to `dst` (the node routes it) on `port`.
     SendPacket {
+        /// The module's principal.
+        principal: PrincipalId,
         /// Destination address.
         dst: Ipv4Addr,
         /// Destination port.
@@ -79,6 +82,9 @@ pub enum Action {
     /// Send a capsule-protocol message (capsule, code request or code reply)
     /// to the neighbour `to`.
     SendCapsule {
+        /// The capsule's principal; `None` for the node's own code requests
+        /// and replies (done for the network, not for a principal).
+        principal: Option<PrincipalId>,
         /// The neighbour.
         to: Ipv4Addr,
         /// The encoded message ([`capsule`]).
@@ -86,6 +92,8 @@ pub enum Action {
     },
     /// Deliver to a local application bound to `port`.
     DeliverLocal {
+        /// The module's principal.
+        principal: PrincipalId,
         /// Local port.
         port: u16,
         /// Payload.

@@ -274,6 +274,22 @@ pub struct LoadSpec<'a> {
     pub limits: RequestedLimits,
 }
 
+/// Records kept between [`Sandbox::take_invocations`] calls, at most.
+const MAX_INVOCATION_RECORDS: usize = 4096;
+
+/// One invocation of a module entry: who ran and what it used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Invocation {
+    /// The module (or capsule instance).
+    pub module: ModuleId,
+    /// Its principal, which the invocation is done for.
+    pub principal: PrincipalId,
+    /// Fuel used (≈ wasm instructions; 0 under epoch interruption).
+    pub fuel: u64,
+    /// Whether it returned normally.
+    pub ok: bool,
+}
+
 /// Module or capsule instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModuleKind {
@@ -441,6 +457,8 @@ pub struct Sandbox {
     alarms: BinaryHeap<Reverse<(u64, ModuleId, i32)>>,
     /// When loaded modules' credentials must be decided again (ms, module).
     rechecks: BinaryHeap<Reverse<(u64, ModuleId)>>,
+    /// Invocations since the node last took them (who ran, and what it used).
+    invocations: Vec<Invocation>,
     fetches: HashMap<ModuleHash, Fetch>,
     pending: usize,
     next_id: u32,
@@ -484,6 +502,7 @@ impl Sandbox {
             channels: Vec::new(),
             alarms: BinaryHeap::new(),
             rechecks: BinaryHeap::new(),
+            invocations: Vec::new(),
             fetches: HashMap::new(),
             pending: 0,
             next_id: 1,
@@ -1019,6 +1038,13 @@ impl Sandbox {
             arm(store, cpu, m.grant.limits.cpu);
             let len = input.len() as i32;
             let r = f.call(&mut *store, (arg, len));
+            let fuel = match cpu {
+                CpuBound::Fuel => m.grant.limits.cpu.saturating_sub(store.get_fuel().unwrap_or(0)),
+                CpuBound::Epoch { .. } => 0,
+            };
+            if self.invocations.len() < MAX_INVOCATION_RECORDS {
+                self.invocations.push(Invocation { module: id, principal: m.principal, fuel, ok: r.is_ok() });
+            }
             let d = store.data_mut();
             m.counters.log_dropped += d.call.log_dropped as u64;
             let regs = std::mem::take(&mut d.call.registrations);
@@ -1092,6 +1118,24 @@ impl Sandbox {
             n += 1;
         }
         n
+    }
+
+    /// Whether any module has a channel open.
+    pub fn has_channels(&self) -> bool {
+        !self.channels.is_empty()
+    }
+
+    /// Whether some module's channel would take a packet for `port` with
+    /// this payload (a cheap check before [`Sandbox::deliver`]).
+    pub fn has_channel(&self, port: u16, payload: &[u8]) -> bool {
+        self.channels.iter().any(|c| c.port == port && payload.starts_with(&c.prefix))
+    }
+
+    /// Moves the record of invocations since the last call into `into`:
+    /// which module of which principal ran, and the fuel it used. The node
+    /// turns them into owned executions (and, later, charges them).
+    pub fn take_invocations(&mut self, into: &mut Vec<Invocation>) {
+        into.append(&mut self.invocations);
     }
 
     fn object_entry(&self, module: ModuleId, handle: i32) -> Option<String> {
@@ -1203,7 +1247,7 @@ impl Sandbox {
                 Some(e) => {
                     let mut bytes = Vec::new();
                     capsule::encode_code_reply(&h, &e.code, &mut bytes)?;
-                    out.push(Action::SendCapsule { to: from, bytes });
+                    out.push(Action::SendCapsule { principal: None, to: from, bytes });
                     self.counters.code_served += 1;
                     Ok(CapsuleOutcome::CodeServed)
                 }
@@ -1268,7 +1312,7 @@ impl Sandbox {
         if requested {
             let mut bytes = Vec::new();
             capsule::encode_code_request(&hash, &mut bytes);
-            out.push(Action::SendCapsule { to: from, bytes });
+            out.push(Action::SendCapsule { principal: None, to: from, bytes });
             self.counters.code_requests_sent += 1;
         }
         Ok(CapsuleOutcome::Pending { hash, requested })

@@ -116,7 +116,7 @@ fn wrong_hash_is_refused_with_no_effect() {
     );
     let mut req = Vec::new();
     capsule::encode_code_request(&ModuleHash::of(&code), &mut req);
-    assert_eq!(out, vec![Action::SendCapsule { to: addr(2), bytes: req }]);
+    assert_eq!(out, vec![Action::SendCapsule { principal: None, to: addr(2), bytes: req }]);
     out.clear();
     let mut reply = Vec::new();
     capsule::encode_code_reply(&ModuleHash::of(&code), &module("spin"), &mut reply).unwrap();

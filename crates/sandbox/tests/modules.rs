@@ -56,7 +56,7 @@ fn counter_module_uses_state_marshal_log_and_net() {
     assert_eq!(sb.invoke(now(3), id, "report", b"apples", &mut out), Ok(0));
     let mut enc = Vec::new();
     anode_sandbox::marshal::encode([&b"apples"[..], &2u32.to_be_bytes()].into_iter(), &mut enc).unwrap();
-    assert!(out.contains(&Action::DeliverLocal { port: 7, payload: enc }), "{out:?}");
+    assert!(out.contains(&Action::DeliverLocal { principal: user(), port: 7, payload: enc }), "{out:?}");
     assert!(out.iter().any(|a| matches!(a, Action::Log { text, .. } if text == "counter report")));
     assert_eq!(sb.state_bytes(&user()), "apples".len() + 4 + "pears".len() + 4);
     assert_eq!(sb.module(id).unwrap().counters.ok, 4);
@@ -365,7 +365,10 @@ fn channels_demux_and_alarms_fire() {
     let id = sb.load(now(0), &spec(&code, Some(c.to_bytes()))).unwrap();
     let mut out = Vec::new();
     assert_eq!(sb.deliver(now(5), addr(2), 4000, b"hi there", &mut out), 1);
-    assert_eq!(out, vec![Action::SendPacket { dst: addr(2), port: 4001, payload: b"hi there".to_vec() }]);
+    assert_eq!(
+        out,
+        vec![Action::SendPacket { principal: user(), dst: addr(2), port: 4001, payload: b"hi there".to_vec() }]
+    );
     out.clear();
     assert_eq!(sb.deliver(now(5), addr(2), 4000, b"bye", &mut out), 0, "prefix does not match");
     assert_eq!(sb.deliver(now(5), addr(2), 4002, b"hi", &mut out), 0, "port does not match");

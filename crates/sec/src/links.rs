@@ -546,12 +546,57 @@ impl Links {
         }
     }
 
+    /// The earliest time [`poll`](Self::poll) has work: an SA to expire or
+    /// forget, a responder state to drop, a handshake to time out, a first
+    /// handshake, retry or rekey to start. `None`: nothing is scheduled.
+    /// A caller that sleeps until then and polls loses no timer; a deadline
+    /// already past means "now".
+    pub fn poll_at(&self) -> Option<u64> {
+        let life = self.cfg.lifetime;
+        let mut at: Option<u64> = None;
+        let mut when = |t: u64| at = Some(at.map_or(t, |a| a.min(t)));
+        for sa in self.sas.values() {
+            when(sa.expire_at_ms.saturating_add(EXPIRED_KEEP_MS));
+        }
+        for x in self.xx_pending.values() {
+            when(x.created_ms + XX_PENDING_MS);
+        }
+        for p in &self.peers {
+            if p.kind == PeerKind::User || p.endpoint.is_none() {
+                continue;
+            }
+            if let Some(pd) = &p.pending {
+                when(pd.sent_ms + self.backoff(p.attempts));
+                continue;
+            }
+            let need_at = match p.current.and_then(|s| self.sas.get(&s)) {
+                None => Some(0),
+                _ if p.want => Some(0),
+                Some(sa) => {
+                    let mut t = sa.expire_at_ms;
+                    if sa.initiator {
+                        t = t.min(sa.created_ms + life.rekey_after_ms);
+                    }
+                    Some(t)
+                }
+            };
+            if let Some(t) = need_at {
+                when(t.max(p.next_attempt_ms));
+            }
+        }
+        at
+    }
+
     fn backoff(&self, attempts: u32) -> u64 {
         let shift = attempts.saturating_sub(1).min(16);
         (self.cfg.retry_initial_ms << shift).min(self.cfg.retry_max_ms)
     }
 
     fn initiate(&mut self, i: usize, now_ms: u64, out: &mut Vec<Output>) {
+        // Whatever happens below, the next attempt waits: a failure to build
+        // a handshake must not make `poll_at` say "now" again and again.
+        let backoff = self.backoff(self.peers[i].attempts + 1);
+        self.peers[i].next_attempt_ms = now_ms + backoff;
         let spi = self.fresh_spi();
         let ts = self.timestamp(now_ms);
         let p = &self.peers[i];

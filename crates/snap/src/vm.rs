@@ -555,65 +555,9 @@ fn wr<E: Endian>(buf: &mut [u8], at: usize, v: u32) -> Option<()> {
     Some(())
 }
 
-/// Header fields the interpreter keeps in registers.
-#[derive(Debug, Clone, Copy)]
-struct Hdr {
-    entry: usize,
-    code_len: usize,
-    h0: u32,
-    heap_start: usize,
-    stack_start: usize,
-    len: usize,
-    src: Ipv4Addr,
-    dst: Ipv4Addr,
-    port: u16,
-    flags: u8,
-}
-
-/// Decodes and checks a received packet's header in one pass over its 24
-/// bytes: the checks of [`Packet::check`], in the same order, plus an exact
-/// length. Returns the header and the resource bound.
-#[inline(always)]
-fn decode_header(b: &[u8]) -> Result<(Hdr, u16), WireError> {
-    let len = b.len();
-    let Some(h) = b.first_chunk::<HEADER_LEN>() else { return Err(WireError::Truncated { len }) };
-    let be = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
-    if h[0] != crate::wire::VERSION {
-        return Err(WireError::BadVersion(h[0]));
-    }
-    if h[1] & !crate::wire::flags::ALL != 0 {
-        return Err(WireError::UnknownFlags(h[1]));
-    }
-    if be(22) != 0 {
-        return Err(WireError::ReservedNonZero(be(22)));
-    }
-    let (entry, code_len, heap_len, stack_len) = (be(2), be(16), be(18), be(20));
-    let heap_start = HEADER_LEN + 4 * code_len as usize;
-    let stack_start = heap_start + 4 * heap_len as usize;
-    let total = stack_start + 4 * stack_len as usize;
-    if total > len {
-        return Err(WireError::SectionsOverrun { need: total, have: len });
-    }
-    if entry >= code_len {
-        return Err(WireError::EntryOutOfBounds { entry, code_len });
-    }
-    if total != len {
-        return Err(WireError::TrailingBytes { extra: len - total });
-    }
-    let hdr = Hdr {
-        entry: entry as usize,
-        code_len: code_len as usize,
-        h0: heap_len as u32,
-        heap_start,
-        stack_start,
-        len,
-        src: Ipv4Addr::new(h[8], h[9], h[10], h[11]),
-        dst: Ipv4Addr::new(h[12], h[13], h[14], h[15]),
-        port: be(6),
-        flags: h[1],
-    };
-    Ok((hdr, be(4)))
-}
+/// Header fields the interpreter keeps in registers: the header checked
+/// once by [`Checked::decode`](crate::wire::Checked::decode).
+type Hdr = crate::wire::Checked;
 
 /// Scratch state of the copying pass that builds child packets (SNAP §VI-D).
 #[derive(Debug, Default, Clone)]
@@ -681,6 +625,17 @@ impl Vm {
         self.execute_traced(buf, len, ctx, &mut NoTrace)
     }
 
+    /// Executes the packet whose header the caller checked once with
+    /// [`Checked::decode`](crate::wire::Checked::decode) over `buf[..hdr.len()]`:
+    /// the header is not checked again. A node classifies a datagram and
+    /// hands the checked header down (one pass per datagram).
+    pub fn execute_checked<C: NodeContext>(&mut self, buf: &mut [u8], hdr: &crate::wire::Checked, ctx: &C) -> &Outcome {
+        self.out.reset();
+        self.scratch.clear();
+        let r = self.start_checked(buf, *hdr, ctx, &mut NoTrace);
+        self.finish(r)
+    }
+
     /// [`execute`](Self::execute) with a per-instruction tracer.
     pub fn execute_traced<C: NodeContext, T: Tracer>(
         &mut self,
@@ -691,7 +646,15 @@ impl Vm {
     ) -> &Outcome {
         self.out.reset();
         self.scratch.clear();
-        let r = self.start(buf, len, ctx, tr);
+        let len = len.min(buf.len());
+        let r = match crate::wire::Checked::decode(&buf[..len]) {
+            Ok(hdr) => self.start_checked(buf, hdr, ctx, tr),
+            Err(e) => Err((Fault::Wire(e), None)),
+        };
+        self.finish(r)
+    }
+
+    fn finish(&mut self, r: Run) -> &Outcome {
         self.out.end = match r {
             Ok(end) => end,
             Err((fault, pc)) => {
@@ -703,9 +666,13 @@ impl Vm {
         &self.out
     }
 
-    fn start<C: NodeContext, T: Tracer>(&mut self, buf: &mut [u8], len: usize, ctx: &C, tr: &mut T) -> Run {
-        let len = len.min(buf.len());
-        let (hdr, rb) = decode_header(&buf[..len]).map_err(|e| (Fault::Wire(e), None))?;
+    fn start_checked<C: NodeContext, T: Tracer>(&mut self, buf: &mut [u8], hdr: Hdr, ctx: &C, tr: &mut T) -> Run {
+        let (len, rb) = (hdr.len, hdr.rb);
+        // The one cheap guard a checked header still needs: that it was
+        // checked over this buffer (no header field is read again).
+        if buf.len() < len {
+            return Err((Fault::Wire(WireError::Truncated { len: buf.len() }), None));
+        }
         if len > self.cfg.mtu {
             return Err((Fault::PacketTooLarge { len, mtu: self.cfg.mtu }, None));
         }

@@ -121,6 +121,102 @@ fn addr(b: &[u8], r: core::ops::Range<usize>) -> Ipv4Addr {
     Ipv4Addr::from(a)
 }
 
+/// A received packet's header, decoded and checked once: the checks of
+/// [`Packet::check`], in the same order, plus an exact length (the buffer
+/// given is exactly the packet). The VM executes from it
+/// ([`Vm::execute_checked`](crate::vm::Vm::execute_checked)) without checking
+/// the header again; the node classifies a datagram and hands this down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checked {
+    pub(crate) entry: usize,
+    pub(crate) code_len: usize,
+    pub(crate) h0: u32,
+    pub(crate) heap_start: usize,
+    pub(crate) stack_start: usize,
+    pub(crate) len: usize,
+    pub(crate) src: Ipv4Addr,
+    pub(crate) dst: Ipv4Addr,
+    pub(crate) port: u16,
+    pub(crate) flags: u8,
+    pub(crate) rb: u16,
+}
+
+impl Checked {
+    /// Decodes and checks the header of the packet that is exactly `b`, in
+    /// one pass over its 24 bytes.
+    #[inline(always)]
+    pub fn decode(b: &[u8]) -> Result<Checked, WireError> {
+        let len = b.len();
+        let Some(h) = b.first_chunk::<HEADER_LEN>() else { return Err(WireError::Truncated { len }) };
+        let be = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
+        if h[0] != VERSION {
+            return Err(WireError::BadVersion(h[0]));
+        }
+        if h[1] & !flags::ALL != 0 {
+            return Err(WireError::UnknownFlags(h[1]));
+        }
+        if be(22) != 0 {
+            return Err(WireError::ReservedNonZero(be(22)));
+        }
+        let (entry, code_len, heap_len, stack_len) = (be(2), be(16), be(18), be(20));
+        let heap_start = HEADER_LEN + 4 * code_len as usize;
+        let stack_start = heap_start + 4 * heap_len as usize;
+        let total = stack_start + 4 * stack_len as usize;
+        if total > len {
+            return Err(WireError::SectionsOverrun { need: total, have: len });
+        }
+        if entry >= code_len {
+            return Err(WireError::EntryOutOfBounds { entry, code_len });
+        }
+        if total != len {
+            return Err(WireError::TrailingBytes { extra: len - total });
+        }
+        Ok(Checked {
+            entry: entry as usize,
+            code_len: code_len as usize,
+            h0: heap_len as u32,
+            heap_start,
+            stack_start,
+            len,
+            src: Ipv4Addr::new(h[8], h[9], h[10], h[11]),
+            dst: Ipv4Addr::new(h[12], h[13], h[14], h[15]),
+            port: be(6),
+            flags: h[1],
+            rb: be(4),
+        })
+    }
+
+    /// The packet's length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether the packet is empty (never, once checked).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The resource bound it arrived with.
+    pub fn resource_bound(&self) -> u16 {
+        self.rb
+    }
+    /// The header with another arriving resource bound: the node lowers an
+    /// excessive bound (writing it into the packet too) before execution.
+    pub fn with_resource_bound(self, rb: u16) -> Checked {
+        Checked { rb, ..self }
+    }
+    /// Source address.
+    pub fn src(&self) -> Ipv4Addr {
+        self.src
+    }
+    /// Destination address.
+    pub fn dst(&self) -> Ipv4Addr {
+        self.dst
+    }
+    /// Destination port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
 /// A read/write view of a SNAP packet over a byte buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Packet<T: AsRef<[u8]>> {

@@ -1,7 +1,7 @@
 //! Helpers shared by the integration tests that start real daemons.
 #![allow(dead_code)]
 
-use anode_node::client::Client;
+use anode_daemon::client::Client;
 use std::io::{BufRead, BufReader};
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};

@@ -100,8 +100,8 @@ pub fn run_line(nodes: &mut [Sandbox], first: Vec<(u8, u8, Vec<u8>)>, t: u64) ->
         assert!(r.is_ok(), "node {to}: {r:?}");
         for a in out {
             match a {
-                Action::SendCapsule { to: next, bytes } => queue.push_back((to, next.octets()[3], bytes)),
-                Action::DeliverLocal { port, payload } => delivered.push((to, port, payload)),
+                Action::SendCapsule { to: next, bytes, .. } => queue.push_back((to, next.octets()[3], bytes)),
+                Action::DeliverLocal { port, payload, .. } => delivered.push((to, port, payload)),
                 other => panic!("unexpected action {other:?}"),
             }
         }

@@ -5,12 +5,10 @@
 //!
 //! dhat's testing mode counts every allocation of the test binary, so this
 //! file holds exactly one test.
+use anode_daemon::{Daemon, Options};
 use anode_node::anep;
 use anode_node::config::NodeConfig;
-use anode_node::daemon::{Daemon, Options};
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 #[global_allocator]
@@ -70,29 +68,28 @@ fn warm_daemon_data_path_does_not_allocate() {
     .expect("config");
 
     // The daemon holds raw mmsghdr buffers (not Send): build it in its thread.
-    let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = std::sync::mpsc::channel();
-    let s2 = stop.clone();
     let th = std::thread::spawn(move || {
         let mut d = Daemon::bind(&cfg, None, &Options::default()).expect("daemon");
-        tx.send(d.listen_addrs()[0]).expect("send addr");
-        d.run(&s2).expect("run");
+        tx.send((d.listen_addrs()[0], d.stopper())).expect("send addr");
+        d.run().expect("run");
         d.node().counters.clone()
     });
-    let west = rx.recv().expect("listen address");
+    let (west, stopper) = rx.recv().expect("listen address");
 
     let ping = anode_snap::asm::assemble(PING).expect("ping").to_bytes().expect("emit");
     let ping = anep::frame(anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_SNAP, &ping);
     let mut plain = vec![0u8; anep::HEADER_LEN + anode_node::plain::HEADER_LEN + 32];
     let plen = plain.len() - anep::HEADER_LEN;
     anep::write_header(&mut plain, anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_PLAIN, plen);
-    anode_node::plain::Plain {
+    anode_node::plain::Repr {
         dst: "10.0.0.3".parse().expect("addr"),
         src: "10.0.0.1".parse().expect("addr"),
         ttl: 8,
         port: 9,
     }
-    .emit(&mut plain[anep::HEADER_LEN..]);
+    .emit(&mut plain[anep::HEADER_LEN..])
+    .expect("header room");
     let packets: [&[u8]; 2] = [&ping, &plain];
     let mut buf = vec![0u8; 4096];
 
@@ -110,9 +107,9 @@ fn warm_daemon_data_path_does_not_allocate() {
         after.total_bytes - before.total_bytes
     );
 
-    stop.store(true, Ordering::Relaxed);
+    stopper.stop();
     let counters = th.join().expect("daemon thread");
     assert!(counters.snap_forwarded >= 2500 && counters.plain_forwarded >= 2500, "{counters:?}");
-    assert!(!run_dir.join(anode_node::daemon::APP_SOCKET).exists(), "sockets removed");
+    assert!(!run_dir.join(anode_daemon::APP_SOCKET).exists(), "sockets removed");
     let _ = std::fs::remove_dir(&run_dir);
 }

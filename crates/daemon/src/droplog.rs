@@ -2,7 +2,7 @@
 //! [`DROP_LOG_INTERVAL`], carrying the count of drops since the previous
 //! line, so a flood of bad packets cannot fill the disk.
 
-use crate::counters::{Counters, DROP_NAMES, Drop, N_DROPS};
+use anode_node::counters::{Counters, DROP_NAMES, Drop, N_DROPS};
 use anode_snap::vm::FAULT_KINDS;
 use core::fmt::Write;
 use std::time::{Duration, Instant};
@@ -30,13 +30,35 @@ pub(crate) struct DropLog {
     logged: [u64; N_DROPS],
     at: [Option<Instant>; N_DROPS],
     faults_logged: Vec<u64>,
+    created: Instant,
     /// The last transmission error, reported with the next `tx_failed` line.
     pub(crate) tx_error: Option<String>,
 }
 
 impl DropLog {
     pub(crate) fn new() -> DropLog {
-        DropLog { logged: [0; N_DROPS], at: [None; N_DROPS], faults_logged: vec![0; FAULT_KINDS.len()], tx_error: None }
+        DropLog {
+            logged: [0; N_DROPS],
+            at: [None; N_DROPS],
+            faults_logged: vec![0; FAULT_KINDS.len()],
+            created: Instant::now(),
+            tx_error: None,
+        }
+    }
+
+    /// When the next line is due: the earliest time a reason with drops not
+    /// yet logged may be logged again. None when everything is logged.
+    pub(crate) fn next_due(&self, c: &Counters) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        for (r, &total) in c.drops.iter().enumerate() {
+            if total <= self.logged[r] {
+                continue;
+            }
+            // Never logged: due at once (any past instant will do).
+            let t = self.at[r].map_or(self.created, |t| t + DROP_LOG_INTERVAL);
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
+        next
     }
 
     /// The lines due now. Cheap when nothing was dropped: one pass over

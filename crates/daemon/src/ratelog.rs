@@ -28,6 +28,10 @@ pub const BURST: f64 = 20.0;
 pub const PER_SEC: f64 = 5.0;
 /// The target of the report line (never limited itself).
 pub const REPORT_TARGET: &str = "anode::ratelimit";
+/// The target of the drop lines, which `droplog` already limits to one line
+/// per drop reason per second (one callsite writes every reason's line, so
+/// a per-callsite limit would hide reasons).
+pub const DROPS_TARGET: &str = "anode::drops";
 
 struct Site {
     tokens: f64,
@@ -58,7 +62,7 @@ pub fn layer() -> RateLimit {
 impl<S: Subscriber> Layer<S> for RateLimit {
     fn event_enabled(&self, event: &Event<'_>, _cx: Context<'_, S>) -> bool {
         let meta = event.metadata();
-        if meta.target() == REPORT_TARGET {
+        if meta.target() == REPORT_TARGET || meta.target() == DROPS_TARGET {
             return true;
         }
         let now = Instant::now();
@@ -79,6 +83,12 @@ impl<S: Subscriber> Layer<S> for RateLimit {
             false
         }
     }
+}
+
+/// Whether lines were suppressed since the last [`report`] (so a report
+/// is due).
+pub fn pending() -> bool {
+    state().lock().is_ok_and(|st| st.sites.values().any(|s| s.suppressed > 0))
 }
 
 /// Lines suppressed since the last call, per source place, most first;

@@ -1,10 +1,10 @@
 //! The local application API: how programs on the same host use a node.
 //!
-//! The node listens on a Unix datagram socket, `<run_dir>/app.sock`. A client
-//! binds its own datagram socket (any path) and exchanges messages; each
-//! datagram is one message: a 1-byte opcode then its fields, integers
-//! big-endian. Any language with Unix sockets can speak it (see
-//! `docs/node.md`).
+//! The node listens on a Unix `SOCK_SEQPACKET` socket, `<run_dir>/app.sock`.
+//! Each client has its own connection; each packet on it is one message: a
+//! 1-byte opcode then its fields, integers big-endian. Any language with
+//! Unix sockets can speak it (see `docs/node.md`). Messages are decoded
+//! once into the borrowed [`Request`] / [`Reply`] forms, their Reprs.
 //!
 //! | op | direction | fields | meaning |
 //! |---|---|---|---|
@@ -13,13 +13,15 @@
 //! | `0x03` UNREGISTER | client → node | port u16 | stop |
 //! | `0x04` INJECT | client → node | SNAP packet | execute the packet at this node (its first hop) |
 //! | `0x05` PLAIN | client → node | dst [4], port u16, ttl u8, payload | send a plain (no VM) packet |
+//! | `0x06` CAPSULE | client → node | capsule message | run a capsule here (its first hop) |
 //! | `0x80` OK | node → client | — | request done |
 //! | `0x81` INFO | node → client | address [4], mtu u16 | answer to HELLO |
 //! | `0x82` DELIVER | node → client | port u16, payload | a payload delivered to a registered port |
 //! | `0xFF` ERROR | node → client | UTF-8 text | request refused, with the reason |
 //!
-//! A port belongs to the client that registered it last. The node drops
-//! deliveries to ports nobody registered (`no_listener`).
+//! A port belongs to the client that registered it until that client
+//! unregisters it or disconnects. The node drops deliveries to ports nobody
+//! registered (`no_listener`).
 
 use core::net::Ipv4Addr;
 

@@ -1,8 +1,8 @@
 //! A small blocking client for the local application API ([`crate::local`]).
 //!
 //! ```no_run
-//! # fn main() -> Result<(), anode_node::client::ClientError> {
-//! use anode_node::client::Client;
+//! # fn main() -> Result<(), anode_daemon::client::ClientError> {
+//! use anode_daemon::client::Client;
 //! use std::time::Duration;
 //! let mut c = Client::connect("/tmp/anode-10.0.0.1")?;
 //! let (addr, mtu) = c.hello()?;
@@ -21,7 +21,7 @@
 //! for [`Client::recv`]. Ports the client registered are released when it
 //! is dropped (the node sees the connection close).
 
-use crate::local::{self, LocalError, Reply, Request};
+use anode_wire::local::{self, LocalError, Reply, Request};
 use core::net::Ipv4Addr;
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::collections::VecDeque;
@@ -347,7 +347,7 @@ mod tests {
 
     #[test]
     fn same_socket_name_as_the_daemon() {
-        assert_eq!(APP_SOCKET, crate::daemon::APP_SOCKET);
+        assert_eq!(APP_SOCKET, crate::APP_SOCKET);
     }
 
     #[test]

@@ -1,0 +1,468 @@
+//! Short-lived request/response connections served from the event loop:
+//! the control socket (`status`, `metrics`, one line each) and the optional
+//! Prometheus HTTP endpoint (`GET /metrics`).
+//!
+//! Every connection is non-blocking: it reads until a whole request is in,
+//! the daemon answers, it writes the answer as the socket allows, then it
+//! closes. A connection that has not finished by its deadline (the
+//! daemon's `[local] request_timeout_ms` after it was accepted, for the
+//! whole request and answer, however the bytes trickle) is closed, so a
+//! stalled client cannot hold a slot.
+
+use crate::daemon::Daemon;
+use crate::{CONTROL_SOCKET, TOKEN_CONN, TOKEN_METRICS_CONN, interest};
+use nix::sys::epoll::{EpollEvent, EpollFlags};
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use tracing::debug;
+
+/// Largest request accepted, in bytes.
+pub const MAX_REQUEST: usize = 8192;
+
+/// A connected stream.
+#[derive(Debug)]
+pub(crate) enum Stream {
+    /// The control socket.
+    Unix(UnixStream),
+    /// The metrics endpoint.
+    Tcp(TcpStream),
+}
+
+impl Stream {
+    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.read(b),
+            Stream::Tcp(s) => s.read(b),
+        }
+    }
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.write(b),
+            Stream::Tcp(s) => s.write(b),
+        }
+    }
+}
+
+impl AsFd for Stream {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Stream::Unix(s) => s.as_fd(),
+            Stream::Tcp(s) => s.as_fd(),
+        }
+    }
+}
+
+/// What a connection asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Request {
+    /// Control `status`: counters JSON.
+    Status,
+    /// Control `metrics` or HTTP `GET /metrics`: Prometheus text.
+    Metrics,
+    /// An unknown control request (its first line).
+    UnknownControl(String),
+    /// Any other HTTP request: 404.
+    HttpNotFound,
+}
+
+/// The state of a connection after some I/O.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Progress {
+    /// Waiting for more.
+    Pending,
+    /// A whole request arrived.
+    Request(Request),
+    /// Finished or broken: close it.
+    Close,
+}
+
+/// One control or metrics connection.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    pub(crate) stream: Stream,
+    input: Vec<u8>,
+    output: Vec<u8>,
+    sent: usize,
+    /// Whether the answer is being written (then only writability matters).
+    pub(crate) responding: bool,
+    pub(crate) deadline: Instant,
+}
+
+impl Conn {
+    pub(crate) fn new(stream: Stream, deadline: Instant) -> Conn {
+        Conn { stream, input: Vec::new(), output: Vec::new(), sent: 0, responding: false, deadline }
+    }
+
+    fn is_http(&self) -> bool {
+        matches!(self.stream, Stream::Tcp(_))
+    }
+
+    /// Reads what is available and says whether a request is complete.
+    pub(crate) fn on_readable(&mut self) -> Progress {
+        if self.responding {
+            return Progress::Pending;
+        }
+        let mut chunk = [0u8; 1024];
+        loop {
+            match self.stream.read(&mut chunk) {
+                Ok(0) => {
+                    // End of input: a control client may omit the newline.
+                    if !self.is_http() && !self.input.is_empty() {
+                        return Progress::Request(parse_control(&self.input));
+                    }
+                    return Progress::Close;
+                }
+                Ok(n) => {
+                    self.input.extend_from_slice(&chunk[..n]);
+                    if let Some(r) = self.complete() {
+                        return Progress::Request(r);
+                    }
+                    if self.input.len() > MAX_REQUEST {
+                        return Progress::Close;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Progress::Pending,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return Progress::Close,
+            }
+        }
+    }
+
+    fn complete(&self) -> Option<Request> {
+        if self.is_http() {
+            let end = find(&self.input, b"\r\n\r\n").or_else(|| find(&self.input, b"\n\n"))?;
+            Some(parse_http(&self.input[..end]))
+        } else {
+            find(&self.input, b"\n").map(|end| parse_control(&self.input[..end]))
+        }
+    }
+
+    /// Queues the answer and writes as much as the socket takes.
+    pub(crate) fn respond(&mut self, answer: Vec<u8>) -> Progress {
+        self.output = answer;
+        self.sent = 0;
+        self.responding = true;
+        self.on_writable()
+    }
+
+    /// Writes more of the answer; `Close` when all of it is out.
+    pub(crate) fn on_writable(&mut self) -> Progress {
+        while self.sent < self.output.len() {
+            match self.stream.write(&self.output[self.sent..]) {
+                Ok(0) => return Progress::Close,
+                Ok(n) => self.sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Progress::Pending,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return Progress::Close,
+            }
+        }
+        Progress::Close
+    }
+}
+
+fn find(h: &[u8], n: &[u8]) -> Option<usize> {
+    h.windows(n.len()).position(|w| w == n)
+}
+
+/// Parses a control request: one line, `status` or `metrics`.
+pub(crate) fn parse_control(b: &[u8]) -> Request {
+    let line = String::from_utf8_lossy(b);
+    let line = line.lines().next().unwrap_or("").trim();
+    match line {
+        "status" => Request::Status,
+        "metrics" => Request::Metrics,
+        other => Request::UnknownControl(other.chars().take(64).collect()),
+    }
+}
+
+/// Parses an HTTP request head: only `GET /metrics` is served.
+pub(crate) fn parse_http(b: &[u8]) -> Request {
+    let head = String::from_utf8_lossy(b);
+    let mut first = head.lines().next().unwrap_or("").split_whitespace();
+    match (first.next(), first.next()) {
+        (Some("GET"), Some(path)) if path == "/metrics" || path.starts_with("/metrics?") => Request::Metrics,
+        _ => Request::HttpNotFound,
+    }
+}
+
+/// An HTTP/1.1 response that closes the connection.
+pub(crate) fn http_response(status: &str, content_type: &str, body: &[u8]) -> Vec<u8> {
+    let mut v = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    v.extend_from_slice(body);
+    v
+}
+
+/// Which listener a short-lived connection came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Listener {
+    /// The control socket.
+    Control,
+    /// The metrics endpoint.
+    Metrics,
+}
+
+/// Sends one control request (`status` or `metrics`) to the daemon whose
+/// run directory is `run_dir` and returns its answer.
+pub fn query(run_dir: &Path, request: &str, timeout: Duration) -> io::Result<String> {
+    let mut s = UnixStream::connect(run_dir.join(CONTROL_SOCKET))?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    s.write_all(request.as_bytes())?;
+    s.write_all(b"\n")?;
+    let _ = s.shutdown(Shutdown::Write);
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+impl Daemon {
+    fn conns_mut(&mut self, l: Listener) -> &mut Vec<Option<Conn>> {
+        match l {
+            Listener::Control => &mut self.control_conns,
+            Listener::Metrics => &mut self.metrics_conns,
+        }
+    }
+
+    fn conn_token(l: Listener, slot: usize) -> u64 {
+        match l {
+            Listener::Control => TOKEN_CONN + slot as u64,
+            Listener::Metrics => TOKEN_METRICS_CONN + slot as u64,
+        }
+    }
+
+    /// Accepts waiting control or metrics connections, each listener in its
+    /// own slots; when they are full the oldest connection makes room.
+    pub(crate) fn accept_conns(&mut self, l: Listener) {
+        loop {
+            let stream = match l {
+                Listener::Control => match self.control.accept() {
+                    Ok((s, _)) => s.set_nonblocking(true).map(|()| Stream::Unix(s)),
+                    Err(e) => Err(e),
+                },
+                Listener::Metrics => match self.metrics.as_ref().map(TcpListener::accept) {
+                    Some(Ok((s, _))) => s.set_nonblocking(true).map(|()| Stream::Tcp(s)),
+                    Some(Err(e)) => Err(e),
+                    None => return,
+                },
+            };
+            match stream {
+                Ok(s) => self.add_conn(l, s),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn add_conn(&mut self, l: Listener, s: Stream) {
+        let slot = match self.conns_mut(l).iter().position(Option::is_none) {
+            Some(slot) => slot,
+            None => {
+                let oldest = self
+                    .conns_mut(l)
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, c)| c.as_ref().map(|c| (c.deadline, i)))
+                    .min()
+                    .map(|(_, i)| i);
+                let Some(slot) = oldest else { return };
+                self.close_conn(l, slot);
+                self.stats.conns_evicted += 1;
+                debug!(listener = ?l, "connections full; closed the oldest for a new one");
+                slot
+            }
+        };
+        if interest(&s, &self.epoll, EpollFlags::EPOLLIN, Self::conn_token(l, slot)).is_err() {
+            return;
+        }
+        let deadline = Instant::now() + self.request_timeout;
+        self.conns_mut(l)[slot] = Some(Conn::new(s, deadline));
+    }
+
+    fn close_conn(&mut self, l: Listener, slot: usize) {
+        if let Some(c) = self.conns_mut(l).get_mut(slot).and_then(Option::take) {
+            let _ = self.epoll.delete(&c.stream);
+        }
+    }
+
+    pub(crate) fn conn_ready(&mut self, l: Listener, slot: usize, ev: EpollFlags) {
+        let Some(mut c) = self.conns_mut(l).get_mut(slot).and_then(Option::take) else { return };
+        let progress = if c.responding {
+            c.on_writable()
+        } else {
+            match c.on_readable() {
+                Progress::Request(r) => {
+                    self.stats.control_requests += 1;
+                    let answer = self.answer(&r, l == Listener::Metrics);
+                    let p = c.respond(answer);
+                    if p == Progress::Pending {
+                        let mut e = EpollEvent::new(EpollFlags::EPOLLOUT, Self::conn_token(l, slot));
+                        let _ = self.epoll.modify(&c.stream, &mut e);
+                    }
+                    p
+                }
+                Progress::Pending if ev.contains(EpollFlags::EPOLLERR) => Progress::Close,
+                p => p,
+            }
+        };
+        self.conns_mut(l)[slot] = Some(c);
+        if progress == Progress::Close {
+            self.close_conn(l, slot);
+        }
+    }
+
+    /// Closes connections past their deadline: a whole request and its
+    /// answer must fit in `[local] request_timeout_ms`, however the bytes
+    /// trickle.
+    pub(crate) fn expire_conns(&mut self, now: Instant) {
+        for l in [Listener::Control, Listener::Metrics] {
+            for slot in 0..self.conns_mut(l).len() {
+                if self.conns_mut(l)[slot].as_ref().is_some_and(|c| now >= c.deadline) {
+                    debug!(listener = ?l, slot, "connection timed out");
+                    self.close_conn(l, slot);
+                    self.stats.conns_expired += 1;
+                }
+            }
+        }
+    }
+
+    fn answer(&self, r: &Request, http: bool) -> Vec<u8> {
+        use Request as R;
+        match (r, http) {
+            (R::Status, _) => {
+                let mut v = serde_json::to_vec_pretty(&self.status_json()).unwrap_or_default();
+                v.push(b'\n');
+                v
+            }
+            (R::Metrics, false) => self.metrics_text().into_bytes(),
+            (R::Metrics, true) => {
+                http_response("200 OK", "text/plain; version=0.0.4; charset=utf-8", self.metrics_text().as_bytes())
+            }
+            (R::UnknownControl(l), _) => {
+                format!("error: unknown request {l:?} (try \"status\" or \"metrics\")\n").into_bytes()
+            }
+            (R::HttpNotFound, _) => http_response("404 Not Found", "text/plain", b"not found; try /metrics\n"),
+        }
+    }
+
+    fn metrics_text(&self) -> String {
+        let mut s = self.node.counters.to_prometheus();
+        s.push_str("# HELP anode_uptime_seconds Seconds since the node started.\n# TYPE anode_uptime_seconds gauge\n");
+        s.push_str(&format!("anode_uptime_seconds {:.3}\n", self.started.elapsed().as_secs_f64()));
+        let st = &self.stats;
+        for (name, help, v) in [
+            ("clients_accepted", "Application clients connected since start.", st.clients_accepted),
+            ("clients_refused", "Application clients refused (max_clients connected).", st.clients_refused),
+            ("clients_gone", "Application clients that closed their connection.", st.clients_gone),
+            ("clients_stalled", "Application clients disconnected for leaving messages unread.", st.clients_stalled),
+            ("queue_dropped", "Messages dropped because a client's queue was full.", st.queue_dropped),
+            ("requests", "Requests received on the application socket.", st.requests),
+            ("refused", "Application requests refused.", st.refused),
+            ("conns_expired", "Control and metrics connections closed at their deadline.", st.conns_expired),
+            ("conns_evicted", "Control and metrics connections closed for a new one.", st.conns_evicted),
+        ] {
+            s.push_str(&format!(
+                "# HELP anode_local_{name}_total {help}\n# TYPE anode_local_{name}_total counter\nanode_local_{name}_total {v}\n"
+            ));
+        }
+        s.push_str("# HELP anode_local_clients Application clients connected now.\n# TYPE anode_local_clients gauge\n");
+        s.push_str(&format!("anode_local_clients {}\n", self.clients.connected()));
+        s
+    }
+
+    /// The `status` answer: the node counters plus address, uptime,
+    /// interfaces with their listen addresses, routes and local clients.
+    pub fn status_json(&self) -> serde_json::Value {
+        use serde_json::json;
+        let mut v = self.node.counters.to_json();
+        if let Some(ifaces) = v.get_mut("interfaces").and_then(|x| x.as_array_mut()) {
+            for ((j, l), cfg) in ifaces.iter_mut().zip(&self.listen).zip(&self.cfg.interfaces) {
+                if let Some(o) = j.as_object_mut() {
+                    o.insert("listen".into(), json!(l.to_string()));
+                    o.insert("neighbors".into(), json!(cfg.neighbors.len()));
+                }
+            }
+        }
+        if let Some(o) = v.as_object_mut() {
+            if let Some(sec) = self.node.security_json() {
+                o.insert("security".into(), sec);
+            }
+            if let Some(m) = self.node.modules_json() {
+                o.insert("modules".into(), m);
+            }
+            o.insert("address".into(), json!(self.node.address().to_string()));
+            o.insert("uptime_s".into(), json!(self.started.elapsed().as_secs_f64()));
+            o.insert("mtu".into(), json!(self.cfg.mtu));
+            o.insert("pid".into(), json!(std::process::id()));
+            o.insert("run_dir".into(), json!(self.run_dir.display().to_string()));
+            o.insert("version".into(), json!(env!("CARGO_PKG_VERSION")));
+            o.insert("metrics".into(), json!(self.metrics_addr().map(|a| a.to_string())));
+            let routes: serde_json::Map<String, serde_json::Value> =
+                self.node.routes().iter().map(|(d, v)| (d.to_string(), json!(v.to_string()))).collect();
+            o.insert("routes".into(), serde_json::Value::Object(routes));
+            let ports: Vec<u16> = self.clients.ports.keys().copied().collect();
+            let clients: Vec<serde_json::Value> = self
+                .clients
+                .slots
+                .iter()
+                .flatten()
+                .map(|c| {
+                    json!({"pid": c.pid, "uid": c.uid, "ports": c.ports, "queued": c.wants_write(),
+                           "dropped": c.dropped})
+                })
+                .collect();
+            let st = &self.stats;
+            o.insert(
+                "local".into(),
+                json!({
+                    "ports": ports,
+                    "clients": clients,
+                    "requests": st.requests,
+                    "refused": st.refused,
+                    "clients_accepted": st.clients_accepted,
+                    "clients_refused": st.clients_refused,
+                    "clients_gone": st.clients_gone,
+                    "clients_stalled": st.clients_stalled,
+                    "queued": st.queued,
+                    "queue_dropped": st.queue_dropped,
+                    "control_requests": st.control_requests,
+                    "conns_expired": st.conns_expired,
+                    "conns_evicted": st.conns_evicted,
+                }),
+            );
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_requests() {
+        assert_eq!(parse_control(b"status"), Request::Status);
+        assert_eq!(parse_control(b" metrics \r"), Request::Metrics);
+        assert_eq!(parse_control(b"reboot\nstatus"), Request::UnknownControl("reboot".into()));
+        assert_eq!(parse_control(b"\xff\xfe"), Request::UnknownControl("\u{fffd}\u{fffd}".into()));
+    }
+
+    #[test]
+    fn http_requests() {
+        assert_eq!(parse_http(b"GET /metrics HTTP/1.1\r\nHost: x"), Request::Metrics);
+        assert_eq!(parse_http(b"GET /metrics?x=1 HTTP/1.0"), Request::Metrics);
+        assert_eq!(parse_http(b"GET / HTTP/1.1"), Request::HttpNotFound);
+        assert_eq!(parse_http(b"POST /metrics HTTP/1.1"), Request::HttpNotFound);
+        assert_eq!(parse_http(b""), Request::HttpNotFound);
+        let r = http_response("404 Not Found", "text/plain", b"no");
+        assert!(r.starts_with(b"HTTP/1.1 404 Not Found\r\n"));
+        assert!(r.ends_with(b"Content-Length: 2\r\nConnection: close\r\n\r\nno"));
+    }
+}

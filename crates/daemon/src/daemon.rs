@@ -1,0 +1,587 @@
+//! The [`Daemon`]: binds every socket of a node, then runs its event loop.
+
+use crate::app::app_listener;
+use crate::app::{AppClients, LocalLimits};
+use crate::control::{Conn, Listener};
+use crate::droplog::DropLog;
+use crate::files::{SocketFiles, bind_socket, prepare_run_dir, run_dir_of};
+use crate::udp::Rx;
+use crate::udp::send_transmits;
+use crate::{
+    APP_SOCKET, BATCH, CONTROL_SOCKET, DROP_LOG_INTERVAL, DaemonError, TOKEN_APP, TOKEN_APP_CLIENT, TOKEN_CONN,
+    TOKEN_CONTROL, TOKEN_METRICS, TOKEN_METRICS_CONN, TOKEN_SIGNAL, TOKEN_STOP, TOKEN_TIMER, UDP_SOCKET_BUFFER,
+    interest, ratelog, sys,
+};
+use anode_node::config::ConfigError;
+use anode_node::config::{NodeConfig, Topology};
+use anode_node::core::{Node, Outbox, recv_buffer_len};
+use anode_node::counters::{Counters, DROP_NAMES};
+use anode_wire::local;
+use nix::errno::Errno;
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::socket::{MultiHeaders, SockaddrStorage};
+use nix::sys::time::TimeSpec;
+use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
+use socket2::Socket;
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tracing::{debug, info, warn};
+
+/// How the daemon runs.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Handle SIGTERM and SIGINT: they are blocked in the calling thread and
+    /// read from a signalfd, and either one stops the loop. Set it when the
+    /// daemon runs in the main thread of its own process (as `anode node`
+    /// does), before other threads start.
+    pub signals: bool,
+}
+
+/// Daemon-level counters, beside the node's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LocalStats {
+    /// Requests received on the application socket.
+    pub requests: u64,
+    /// Requests refused (malformed, or an ERROR reply).
+    pub refused: u64,
+    /// Application clients connected since start.
+    pub clients_accepted: u64,
+    /// Application clients refused because `max_clients` were connected.
+    pub clients_refused: u64,
+    /// Application clients that closed their connection (or whose socket
+    /// failed); their ports were released.
+    pub clients_gone: u64,
+    /// Application clients disconnected for leaving their messages unread
+    /// longer than `stall_timeout_ms`.
+    pub clients_stalled: u64,
+    /// Messages queued in the node because a client's socket was full.
+    pub queued: u64,
+    /// Messages dropped because a client's queue was full (deliveries also
+    /// count as `app_queue_full` drops).
+    pub queue_dropped: u64,
+    /// Control and metrics connections served.
+    pub control_requests: u64,
+    /// Control and metrics connections closed at their deadline.
+    pub conns_expired: u64,
+    /// Control and metrics connections closed to make room for a new one.
+    pub conns_evicted: u64,
+}
+
+/// Stops a running daemon from another thread: sets its flag and wakes its
+/// loop (an eventfd in its epoll set).
+#[derive(Debug, Clone)]
+pub struct Stopper {
+    flag: Arc<AtomicBool>,
+    event: Arc<EventFd>,
+}
+
+impl Stopper {
+    /// Asks the loop to stop after the batch in hand.
+    pub fn stop(&self) {
+        self.flag.store(true, Ordering::Relaxed);
+        let _ = self.event.write(1);
+    }
+}
+
+/// How closely timers fire: each wakeup of the timer against the deadline
+/// it was armed for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TimerStats {
+    /// Timer wakeups.
+    pub fired: u64,
+    /// Sum of lateness, µs (for the mean).
+    pub late_us_sum: u64,
+    /// Largest lateness, µs.
+    pub late_us_max: u64,
+    /// Wakeups more than 1 ms late.
+    pub late_over_1ms: u64,
+}
+
+/// A running node: sockets bound, ready to [`run`](Daemon::run).
+pub struct Daemon {
+    pub(crate) node: Node,
+    pub(crate) cfg: NodeConfig,
+    pub(crate) run_dir: PathBuf,
+    pub(crate) udp: Vec<UdpSocket>,
+    pub(crate) listen: Vec<SocketAddr>,
+    pub(crate) app: Socket,
+    pub(crate) control: UnixListener,
+    pub(crate) metrics: Option<TcpListener>,
+    pub(crate) signals: Option<SignalFd>,
+    pub(crate) epoll: Epoll,
+    pub(crate) timer: TimerFd,
+    /// The deadline the timer is armed for.
+    pub(crate) armed: Option<Instant>,
+    pub(crate) timers: TimerStats,
+    pub(crate) stopper: Stopper,
+    pub(crate) control_conns: Vec<Option<Conn>>,
+    pub(crate) metrics_conns: Vec<Option<Conn>>,
+    pub(crate) request_timeout: Duration,
+    pub(crate) clients: AppClients,
+    pub(crate) rx: Rx,
+    pub(crate) tx_hdrs: MultiHeaders<SockaddrStorage>,
+    pub(crate) inject_out: Outbox,
+    pub(crate) timer_out: Outbox,
+    pub(crate) no_input: [Vec<u8>; 1],
+    pub(crate) app_buf: Vec<u8>,
+    pub(crate) msg: Vec<u8>,
+    pub(crate) started: Instant,
+    pub(crate) stats: LocalStats,
+    pub(crate) droplog: DropLog,
+    pub(crate) last_report: Instant,
+    pub(crate) stopping: bool,
+    pub(crate) _files: SocketFiles,
+}
+
+impl core::fmt::Debug for Daemon {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Daemon")
+            .field("address", &self.node.address())
+            .field("run_dir", &self.run_dir)
+            .field("listen", &self.listen)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The node core for `cfg`: its identity when security is on, its sandbox
+/// when modules are on. Modules listed in the configuration are loaded later,
+/// through the core ([`Daemon::load_start_modules`]).
+fn build_node(cfg: &NodeConfig, topology: Option<&Topology>, unix_ms_at_zero: u64) -> Result<Node, DaemonError> {
+    let config = |source| DaemonError::Config { file: "<config>".into(), source };
+    let sec = match cfg.security.as_ref().filter(|s| s.enabled) {
+        Some(s) => {
+            let path = s.key.clone().ok_or(config(ConfigError::MissingKeyFile))?;
+            let identity = anode_sec::Identity::load(&path)?;
+            Some(anode_node::secure::SecurityInit { identity, unix_ms_at_zero })
+        }
+        None => None,
+    };
+    let mut node = Node::with_security(cfg, topology, sec, 0).map_err(config)?;
+    if let Some(m) = &cfg.modules {
+        let sb = anode_node::switchlets::sandbox(m, cfg.address, node.route_table()).map_err(config)?;
+        node.enable_modules(sb, unix_ms_at_zero);
+    }
+    Ok(node)
+}
+
+/// One UDP socket per interface, non-blocking, with large buffers.
+fn bind_interfaces(cfg: &NodeConfig) -> Result<(Vec<UdpSocket>, Vec<SocketAddr>), DaemonError> {
+    let mut udp = Vec::new();
+    let mut listen = Vec::new();
+    for i in &cfg.interfaces {
+        let bind_err = |source| DaemonError::Bind { iface: i.name.clone(), addr: i.listen, source };
+        let s = UdpSocket::bind(i.listen).map_err(bind_err)?;
+        s.set_nonblocking(true).map_err(bind_err)?;
+        // Best effort: room for bursts. The kernel caps it at rmem_max.
+        let _ = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBuf, &UDP_SOCKET_BUFFER);
+        let _ = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::SndBuf, &UDP_SOCKET_BUFFER);
+        listen.push(s.local_addr().map_err(bind_err)?);
+        udp.push(s);
+    }
+    Ok((udp, listen))
+}
+
+/// The Prometheus endpoint, if configured (with a warning off loopback).
+fn bind_metrics(cfg: &NodeConfig) -> Result<Option<TcpListener>, DaemonError> {
+    let Some(addr) = cfg.metrics else { return Ok(None) };
+    let merr = |source| DaemonError::MetricsBind { addr, source };
+    let l = TcpListener::bind(addr).map_err(merr)?;
+    l.set_nonblocking(true).map_err(merr)?;
+    if !addr.ip().is_loopback() {
+        warn!(%addr, "the metrics endpoint is bound to {addr}, not a loopback address: anyone who can reach it \
+              can read the node's counters");
+    }
+    Ok(Some(l))
+}
+
+/// SIGTERM and SIGINT, blocked and read from a signalfd.
+fn signal_fd() -> Result<SignalFd, DaemonError> {
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGTERM);
+    mask.add(Signal::SIGINT);
+    mask.thread_block().map_err(sys("blocking SIGTERM/SIGINT"))?;
+    SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC).map_err(sys("signalfd"))
+}
+
+/// The local sockets in the run directory, with their modes set whatever
+/// the umask.
+fn local_sockets(cfg: &NodeConfig) -> Result<(PathBuf, Socket, UnixListener, SocketFiles), DaemonError> {
+    let group = match &cfg.local.socket_group {
+        Some(name) => Some(
+            nix::unistd::Group::from_name(name)
+                .ok()
+                .flatten()
+                .ok_or_else(|| DaemonError::NoSuchGroup(name.clone()))?
+                .gid
+                .as_raw(),
+        ),
+        None => None,
+    };
+    let sock_mode = if group.is_some() { 0o660 } else { 0o600 };
+    let run_dir = run_dir_of(cfg);
+    let created = prepare_run_dir(&run_dir, group)?;
+    let app_path = run_dir.join(APP_SOCKET);
+    let control_path = run_dir.join(CONTROL_SOCKET);
+    let mut files = SocketFiles { files: Vec::new(), created_dir: created.then(|| run_dir.clone()) };
+    let app = bind_socket(&app_path, sock_mode, group, app_listener)?;
+    files.files.push(app_path);
+    let control = bind_socket(&control_path, sock_mode, group, |p| {
+        let l = UnixListener::bind(p)?;
+        l.set_nonblocking(true)?;
+        Ok(l)
+    })?;
+    files.files.push(control_path);
+    Ok((run_dir, app, control, files))
+}
+
+impl Daemon {
+    /// Binds every socket of the node described by `cfg` (interfaces first,
+    /// so a port in use fails before the run directory is touched), then
+    /// loads the modules the configuration lists, through the core.
+    pub fn bind(cfg: &NodeConfig, topology: Option<&Topology>, opts: &Options) -> Result<Daemon, DaemonError> {
+        // Wall-clock time at now_ms = 0: handshake timestamps and credential expiry.
+        let unix_ms_at_zero = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let started = Instant::now();
+        let node = build_node(cfg, topology, unix_ms_at_zero)?;
+        let (udp, listen) = bind_interfaces(cfg)?;
+        let metrics = bind_metrics(cfg)?;
+        let signals = if opts.signals { Some(signal_fd()?) } else { None };
+        let (run_dir, app, control, files) = local_sockets(cfg)?;
+        let timer = TimerFd::new(ClockId::CLOCK_MONOTONIC, TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC)
+            .map_err(sys("timerfd_create"))?;
+        let event = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC).map_err(sys("eventfd"))?;
+        let stopper = Stopper { flag: Arc::new(AtomicBool::new(false)), event: Arc::new(event) };
+
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(sys("epoll_create"))?;
+        for (i, s) in udp.iter().enumerate() {
+            interest(s, &epoll, EpollFlags::EPOLLIN, i as u64)?;
+        }
+        interest(&app, &epoll, EpollFlags::EPOLLIN, TOKEN_APP)?;
+        interest(&control, &epoll, EpollFlags::EPOLLIN, TOKEN_CONTROL)?;
+        interest(&timer, &epoll, EpollFlags::EPOLLIN, TOKEN_TIMER)?;
+        interest(&*stopper.event, &epoll, EpollFlags::EPOLLIN, TOKEN_STOP)?;
+        if let Some(s) = &signals {
+            interest(s, &epoll, EpollFlags::EPOLLIN, TOKEN_SIGNAL)?;
+        }
+        if let Some(m) = &metrics {
+            interest(m, &epoll, EpollFlags::EPOLLIN, TOKEN_METRICS)?;
+        }
+
+        let blen = recv_buffer_len(cfg.mtu);
+        let mut d = Daemon {
+            rx: Rx {
+                bufs: std::array::from_fn(|_| vec![0; blen]),
+                lens: [0; BATCH],
+                outs: std::array::from_fn(|_| Outbox::default()),
+                hdrs: MultiHeaders::preallocate(BATCH, None),
+                froms: [None; BATCH],
+            },
+            tx_hdrs: MultiHeaders::preallocate(BATCH, None),
+            node,
+            cfg: cfg.clone(),
+            run_dir,
+            udp,
+            listen,
+            app,
+            control,
+            metrics,
+            signals,
+            epoll,
+            timer,
+            armed: None,
+            timers: TimerStats::default(),
+            stopper,
+            control_conns: (0..cfg.local.max_control_conns).map(|_| None).collect(),
+            metrics_conns: (0..cfg.local.max_metrics_conns).map(|_| None).collect(),
+            request_timeout: Duration::from_millis(cfg.local.request_timeout_ms),
+            clients: AppClients::new(LocalLimits {
+                max_clients: cfg.local.max_clients,
+                max_ports_per_client: cfg.local.max_ports_per_client,
+                client_queue: cfg.local.client_queue,
+                stall_timeout: Duration::from_millis(cfg.local.stall_timeout_ms),
+            }),
+            inject_out: Outbox::default(),
+            timer_out: Outbox::default(),
+            no_input: [Vec::new()],
+            app_buf: vec![0; local::MAX_MESSAGE + 1],
+            msg: Vec::with_capacity(3 + blen),
+            started,
+            stats: LocalStats::default(),
+            droplog: DropLog::new(),
+            last_report: started,
+            stopping: false,
+            _files: files,
+        };
+        d.load_start_modules()?;
+        d.log_start();
+        Ok(d)
+    }
+
+    /// Loads the modules listed in `[modules] load`, through the same path
+    /// as loads over the network (the core's `load_module`: one credential
+    /// decision, the init actions carried out and sent, the same logs).
+    fn load_start_modules(&mut self) -> Result<(), DaemonError> {
+        let Some(m) = self.cfg.modules.clone() else { return Ok(()) };
+        for l in &m.loads {
+            let code =
+                std::fs::read(&l.file).map_err(|source| DaemonError::ReadFile { file: l.file.clone(), source })?;
+            let cred = std::fs::read(&l.credential)
+                .map_err(|source| DaemonError::ReadFile { file: l.credential.clone(), source })?;
+            let spec = anode_sandbox::LoadSpec {
+                code: &code,
+                credential: Some(&cred),
+                requester: None,
+                local_name: l.name.as_deref(),
+                limits: Default::default(),
+            };
+            self.timer_out.clear();
+            let now_ms = self.now_ms();
+            match self.node.load_module(&spec, now_ms, &mut self.timer_out) {
+                Ok((id, _)) => info!(module = %id, file = %l.file.display(), "module loaded from the config"),
+                Err(source) => return Err(DaemonError::Module { file: l.file.clone(), source }),
+            }
+            self.send_timer_out();
+        }
+        Ok(())
+    }
+
+    fn log_start(&self) {
+        let ifaces: Vec<String> =
+            self.cfg.interfaces.iter().zip(&self.listen).map(|(i, l)| format!("{}={}", i.name, l)).collect();
+        info!(
+            address = %self.node.address(),
+            mtu = self.cfg.mtu,
+            interfaces = %ifaces.join(","),
+            neighbors = self.cfg.neighbor_addrs().len(),
+            routes = self.node.routes().len(),
+            default_via = ?self.cfg.routes.default_via,
+            run_dir = %self.run_dir.display(),
+            metrics = %self.metrics_addr().map_or("off".to_string(), |a| format!("http://{a}/metrics")),
+            security = %self.node.security_json().map_or("off".to_string(), |s| format!("on, identity {}", s["identity"].as_str().unwrap_or("?"))),
+            "node started"
+        );
+    }
+
+    /// A handle that stops [`run`](Self::run) from another thread.
+    pub fn stopper(&self) -> Stopper {
+        self.stopper.clone()
+    }
+
+    /// How closely timers have fired so far.
+    pub fn timer_stats(&self) -> TimerStats {
+        self.timers
+    }
+
+    /// The node core, e.g. for its counters.
+    pub fn node(&self) -> &Node {
+        &self.node
+    }
+
+    /// The node core, mutably (e.g. to register services).
+    pub fn node_mut(&mut self) -> &mut Node {
+        &mut self.node
+    }
+
+    /// The run directory.
+    pub fn run_dir(&self) -> &Path {
+        &self.run_dir
+    }
+
+    /// The bound address of each interface, in configuration order.
+    pub fn listen_addrs(&self) -> &[SocketAddr] {
+        &self.listen
+    }
+
+    /// The bound metrics address, if the endpoint is on.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().and_then(|m| m.local_addr().ok())
+    }
+
+    /// Daemon-level counters.
+    pub fn local_stats(&self) -> &LocalStats {
+        &self.stats
+    }
+
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Runs the event loop until [`Stopper::stop`] or, with
+    /// [`Options::signals`], SIGTERM or SIGINT. The batch in hand is
+    /// finished first; the final counters are logged and the sockets
+    /// removed when the daemon is dropped.
+    ///
+    /// There is no tick: the loop sleeps in `epoll_wait` until a socket is
+    /// ready or the timer fires, and the timer is armed for the earliest
+    /// deadline anything has (the core's `poll_at`, connection deadlines,
+    /// stalled clients, due log lines). An idle node with nothing scheduled
+    /// sleeps until a packet comes.
+    pub fn run(&mut self) -> Result<(), DaemonError> {
+        let mut events = [EpollEvent::empty(); 64];
+        self.timeouts(Instant::now());
+        while !self.stopping && !self.stopper.flag.load(Ordering::Relaxed) {
+            self.arm_timer(Instant::now());
+            let n = match self.epoll.wait(&mut events, EpollTimeout::NONE) {
+                Ok(n) => n,
+                Err(Errno::EINTR) => 0,
+                Err(e) => return Err(DaemonError::Sys { what: "epoll_wait", source: e }),
+            };
+            for ev in &events[..n] {
+                match ev.data() {
+                    t if t < self.udp.len() as u64 => self.udp_ready(t as usize),
+                    TOKEN_APP => self.accept_app(),
+                    TOKEN_CONTROL => self.accept_conns(Listener::Control),
+                    TOKEN_METRICS => self.accept_conns(Listener::Metrics),
+                    TOKEN_SIGNAL => self.signal_ready(),
+                    TOKEN_TIMER => self.timer_fired(),
+                    TOKEN_STOP => {
+                        let _ = self.stopper.event.read();
+                    }
+                    t if t >= TOKEN_APP_CLIENT => self.app_client_ready((t - TOKEN_APP_CLIENT) as usize, ev.events()),
+                    t if t >= TOKEN_METRICS_CONN => {
+                        self.conn_ready(Listener::Metrics, (t - TOKEN_METRICS_CONN) as usize, ev.events())
+                    }
+                    t if t >= TOKEN_CONN => self.conn_ready(Listener::Control, (t - TOKEN_CONN) as usize, ev.events()),
+                    _ => {}
+                }
+            }
+            self.timeouts(Instant::now());
+        }
+        self.log_drops(Instant::now() + DROP_LOG_INTERVAL);
+        self.log_summary();
+        Ok(())
+    }
+
+    /// The earliest deadline of anything scheduled.
+    fn next_deadline(&self) -> Option<Instant> {
+        let node = self.node.poll_at().map(|ms| self.started + Duration::from_millis(ms));
+        let conns = self.control_conns.iter().chain(&self.metrics_conns).flatten().map(|c| c.deadline).min();
+        let stalled = self.clients.next_stall_deadline();
+        let drops = self.droplog.next_due(&self.node.counters);
+        let report = ratelog::pending().then_some(self.last_report + DROP_LOG_INTERVAL);
+        [node, conns, stalled, drops, report].into_iter().flatten().min()
+    }
+
+    /// Arms the timer for the next deadline (one system call, and only when
+    /// the deadline changed).
+    fn arm_timer(&mut self, now: Instant) {
+        let next = self.next_deadline();
+        if next == self.armed {
+            return;
+        }
+        let r = match next {
+            // Zero would disarm: at least a microsecond.
+            Some(t) => {
+                let d = t.saturating_duration_since(now).max(Duration::from_micros(1));
+                self.timer.set(Expiration::OneShot(TimeSpec::from_duration(d)), TimerSetTimeFlags::empty())
+            }
+            None => self.timer.unset(),
+        };
+        if r.is_ok() {
+            self.armed = next;
+        }
+    }
+
+    /// The timer fired: note how late, and let [`timeouts`](Self::timeouts) run.
+    fn timer_fired(&mut self) {
+        // Clears its readiness; nothing else is in it.
+        let _ = self.timer.wait();
+        if let Some(t) = self.armed.take() {
+            let late = t.elapsed().as_micros().min(u64::MAX as u128) as u64;
+            self.timers.fired += 1;
+            self.timers.late_us_sum += late;
+            self.timers.late_us_max = self.timers.late_us_max.max(late);
+            if late > 1000 {
+                self.timers.late_over_1ms += 1;
+            }
+        }
+    }
+
+    /// Runs everything due at `now`: the core's timers, connection
+    /// deadlines, stalled clients, log lines.
+    fn timeouts(&mut self, now: Instant) {
+        let now_ms = self.now_ms();
+        if self.node.poll_at().is_some_and(|t| t <= now_ms) {
+            self.timer_out.clear();
+            self.node.handle_timeout(now_ms, &mut self.timer_out);
+            self.send_timer_out();
+        }
+        self.expire_conns(now);
+        self.reap_clients(now);
+        self.log_drops(now);
+    }
+
+    /// Sends (and logs) what `timer_out` holds.
+    fn send_timer_out(&mut self) {
+        for e in &self.timer_out.events {
+            info!("{e}");
+        }
+        if !self.timer_out.log.is_empty() {
+            debug!(target: "anode::snap", "{}", self.timer_out.log.trim_end());
+        }
+        let outs = std::slice::from_ref(&self.timer_out);
+        send_transmits(&self.udp, &mut self.tx_hdrs, &mut self.node, &mut self.droplog, outs, &[Vec::new()]);
+        let mut local = crate::app::Local { clients: &mut self.clients, epoll: &self.epoll, stats: &mut self.stats };
+        local.deliver(&mut self.node, &mut self.msg, outs, &[Vec::new()]);
+    }
+
+    pub(crate) fn signal_ready(&mut self) {
+        let Some(sfd) = &self.signals else { return };
+        while let Ok(Some(info)) = sfd.read_signal() {
+            let name = Signal::try_from(info.ssi_signo as i32).map(|s| s.as_str()).unwrap_or("signal");
+            info!(signal = name, "shutting down");
+            self.stopping = true;
+        }
+    }
+
+    pub(crate) fn log_drops(&mut self, now: Instant) {
+        if now.duration_since(self.last_report) >= DROP_LOG_INTERVAL {
+            self.last_report = now;
+            ratelog::report();
+        }
+        for l in self.droplog.due(&self.node.counters, now) {
+            if l.detail.is_empty() {
+                warn!(target: ratelog::DROPS_TARGET, reason = l.reason, count = l.count, total = l.total,
+                      "dropped packets");
+            } else {
+                warn!(target: ratelog::DROPS_TARGET, reason = l.reason, count = l.count, total = l.total,
+                      detail = %l.detail, "dropped packets");
+            }
+        }
+    }
+
+    pub(crate) fn log_summary(&self) {
+        let c: &Counters = &self.node.counters;
+        let (rx, tx) = c.ifaces.iter().fold((0, 0), |(r, t), i| (r + i.rx_packets, t + i.tx_packets));
+        let drops: Vec<String> = DROP_NAMES
+            .iter()
+            .zip(c.drops.iter())
+            .filter(|(_, n)| **n > 0)
+            .map(|(name, n)| format!("{name}={n}"))
+            .collect();
+        info!(
+            uptime_s = self.started.elapsed().as_secs(),
+            rx_packets = rx,
+            tx_packets = tx,
+            rx_snap = c.rx_snap,
+            rx_plain = c.rx_plain,
+            injected = c.injected,
+            snap_forwarded = c.snap_forwarded,
+            plain_forwarded = c.plain_forwarded,
+            delivered = c.delivered,
+            vm_instructions = c.vm_instructions,
+            drops = %if drops.is_empty() { "none".to_string() } else { drops.join(",") },
+            "node stopped; final counters"
+        );
+    }
+}

@@ -1,0 +1,73 @@
+//! The control plane: requests from principals authenticated by their
+//! security association (today: module loads). Done for System; the answer
+//! goes back over the same SA as a typed control message
+//! (`anode_wire::control`).
+
+use super::{Node, Outbox, Owner, Transmit};
+use crate::core::LoadFailure;
+use crate::counters::Drop;
+use anode_sandbox::{LoadError, LoadSpec, PrincipalId};
+use anode_wire::anep;
+use anode_wire::control::{LoadReply, Message, Refusal};
+use core::net::SocketAddr;
+
+/// The refusal kind a load error is answered with.
+fn refusal(e: &LoadError) -> Refusal {
+    match e {
+        LoadError::Denied(_) => Refusal::Denied,
+        LoadError::TooManyModules(_) => Refusal::Limit,
+        _ => Refusal::Module,
+    }
+}
+
+impl Node {
+    /// A control message `body` from the principal `from` whose SA ends at
+    /// `to` (its reply is sealed and sent there on `iface`).
+    pub(super) fn control(
+        &mut self,
+        from: Option<anode_sec::PublicKey>,
+        to: Option<SocketAddr>,
+        iface: usize,
+        body: &[u8],
+        now_ms: u64,
+        out: &mut Outbox,
+    ) {
+        let text;
+        let reply = match (Message::parse(body), from) {
+            (Err(e), _) => {
+                text = e.to_string();
+                LoadReply::Refused(Refusal::BadRequest, &text)
+            }
+            (Ok(Message::LoadReply(_)), _) => {
+                text = "a load reply is not a request".to_string();
+                LoadReply::Refused(Refusal::BadRequest, &text)
+            }
+            (Ok(Message::Load(_)), None) => LoadReply::Refused(Refusal::UnknownPrincipal, "unknown principal"),
+            (Ok(Message::Load(req)), Some(key)) => {
+                let spec = LoadSpec {
+                    code: req.code,
+                    credential: Some(req.credential),
+                    requester: Some(PrincipalId(*key.as_bytes())),
+                    local_name: req.name,
+                    limits: Default::default(),
+                };
+                match self.load_module(&spec, now_ms, out) {
+                    Ok((id, false)) => LoadReply::Loaded(id.0),
+                    Ok((id, true)) => LoadReply::AlreadyLoaded(id.0),
+                    Err(LoadFailure::ModulesOff) => LoadReply::Refused(Refusal::NoModules, "this node runs no modules"),
+                    Err(LoadFailure::Refused(e)) => {
+                        self.counters.drop(Drop::CapsuleRefused);
+                        text = e.to_string();
+                        LoadReply::Refused(refusal(&e), &text)
+                    }
+                }
+            }
+        };
+        let Some(to) = to else { return };
+        let mut body = Vec::with_capacity(Message::LoadReply(reply).buffer_len());
+        // A reply has no field that can be too long for its length prefix.
+        let _ = Message::LoadReply(reply).emit(&mut body);
+        let data = out.push_frame(anep::TYPE_CONTROL, &[&body]);
+        out.transmits.push(Transmit { iface, to, data, owner: Owner::System });
+    }
+}

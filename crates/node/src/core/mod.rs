@@ -1,0 +1,411 @@
+//! The sans-I/O node: datagrams and `now` in, owned transmissions,
+//! deliveries and executions out. The daemon owns the sockets; tests run
+//! many nodes in one process.
+//!
+//! - `classify`: the outer ANEP check, the security layer, the inner ANEP
+//!   check, and the dispatch on the type id: each header checked once.
+//! - `data`: the data plane: SNAP in the VM, plain forwarding, pass-on.
+//! - `control`: the control plane: requests from authenticated users.
+//! - `modules`: switchlets and capsules in the embedded sandbox, module
+//!   channels on the packet path, module loads.
+//! - `seal`: protection of every transmission for its next hop, and the
+//!   security layer's own messages.
+//!
+//! A packet forwarded in place is transmitted straight from the receive
+//! buffer ([`Data::Input`]); child packets are built in the outbox arena.
+//! Steady-state handling of a forwarded packet allocates nothing.
+
+mod classify;
+mod control;
+mod data;
+mod modules;
+mod seal;
+
+pub use modules::LoadFailure;
+
+use crate::config::{ConfigError, NodeConfig, Topology};
+use crate::counters::Counters;
+use crate::secure::{Guard, SecurityInit};
+use crate::switchlets::Switch;
+use anode_sandbox::{ModuleId, PrincipalId};
+use anode_snap::services::ServiceTable;
+use anode_snap::vm::{NodeContext, Vm, VmConfig};
+use anode_wire::anep;
+use core::net::{Ipv4Addr, SocketAddr};
+use core::ops::Range;
+use std::collections::{BTreeSet, HashMap};
+
+/// Bytes of room a receive buffer needs for a packet of `mtu` bytes: the
+/// ANEP header, the packet, and the room the SNAP stack may grow into.
+pub fn recv_buffer_len(mtu: usize) -> usize {
+    anep::HEADER_LEN + 64 + 2 * mtu
+}
+
+/// Where the bytes of a transmission or delivery are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Data {
+    /// In the buffer passed to [`Node::handle_datagram`] (zero copy).
+    Input(Range<usize>),
+    /// In the outbox's arena.
+    Arena(Range<usize>),
+}
+
+/// Who a transmission, delivery or execution is done for: the principal a
+/// scheduler serves it under and the ledger charges it to (RCANE's
+/// sessions, §IV-B).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Owner {
+    /// The node's own work: handshakes, keepalives, control replies, code
+    /// served to neighbours.
+    System,
+    /// Work for nobody in particular: SNAP packets, plain packets, and
+    /// local applications' packets.
+    BestEffort,
+    /// Work for an authenticated principal: its capsules and modules.
+    Principal(PrincipalId),
+}
+
+impl core::fmt::Display for Owner {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Owner::System => f.write_str("system"),
+            Owner::BestEffort => f.write_str("best-effort"),
+            Owner::Principal(p) => write!(f, "{p}"),
+        }
+    }
+}
+
+/// A datagram to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    /// Interface index.
+    pub iface: usize,
+    /// Neighbour endpoint.
+    pub to: SocketAddr,
+    /// The whole datagram, ANEP header included.
+    pub data: Data,
+    /// Whom it is sent for.
+    pub owner: Owner,
+}
+
+/// A payload for a local application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// The application port.
+    pub port: u16,
+    /// The payload.
+    pub data: Data,
+    /// Whom it is delivered for.
+    pub owner: Owner,
+}
+
+/// What was executed while handling an input, and for whom.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Run {
+    /// A SNAP packet ran in the VM (always for Best-Effort).
+    Snap {
+        /// Instructions executed.
+        instructions: u32,
+    },
+    /// A module entry ran in the sandbox (capsule, channel packet, alarm,
+    /// initialisation).
+    Module {
+        /// The module or capsule instance.
+        module: ModuleId,
+        /// Its principal.
+        principal: PrincipalId,
+        /// Fuel it used.
+        fuel: u64,
+    },
+}
+
+impl Run {
+    /// Whom the execution was for.
+    pub fn owner(&self) -> Owner {
+        match self {
+            Run::Snap { .. } => Owner::BestEffort,
+            Run::Module { principal, .. } => Owner::Principal(*principal),
+        }
+    }
+}
+
+/// What handling one input produced. Reuse it: clearing keeps capacity.
+#[derive(Debug, Clone, Default)]
+pub struct Outbox {
+    /// Datagrams to send, in order.
+    pub transmits: Vec<Transmit>,
+    /// Payloads to deliver, in order.
+    pub deliveries: Vec<Delivery>,
+    /// What was executed, for whom.
+    pub runs: Vec<Run>,
+    /// `print` output of SNAP packets and module log lines, if any.
+    pub log: String,
+    /// Security events worth a log line (links up, rekeys), if any.
+    pub events: Vec<String>,
+    arena: Vec<u8>,
+}
+
+impl Outbox {
+    /// Empties the outbox, keeping its buffers.
+    pub fn clear(&mut self) {
+        self.transmits.clear();
+        self.deliveries.clear();
+        self.runs.clear();
+        self.log.clear();
+        self.events.clear();
+        self.arena.clear();
+    }
+    /// The bytes of `d`; `input` is the buffer passed to the node.
+    pub fn bytes<'a>(&'a self, d: &Data, input: &'a [u8]) -> &'a [u8] {
+        match d {
+            Data::Input(r) => input.get(r.clone()).unwrap_or(&[]),
+            Data::Arena(r) => self.arena.get(r.clone()).unwrap_or(&[]),
+        }
+    }
+    fn push_arena(&mut self, parts: &[&[u8]]) -> Data {
+        let start = self.arena.len();
+        for p in parts {
+            self.arena.extend_from_slice(p);
+        }
+        Data::Arena(start..self.arena.len())
+    }
+    /// A datagram of type `type_id` with `payload`, built in the arena.
+    fn push_frame(&mut self, type_id: u16, payload: &[&[u8]]) -> Data {
+        let mut hdr = [0u8; anep::HEADER_LEN];
+        let n = payload.iter().map(|p| p.len()).sum();
+        anep::write_header(&mut hdr, anep::FLAG_DISCARD_UNKNOWN, type_id, n);
+        let start = self.arena.len();
+        self.arena.extend_from_slice(&hdr);
+        for p in payload {
+            self.arena.extend_from_slice(p);
+        }
+        Data::Arena(start..self.arena.len())
+    }
+}
+
+/// The node's view of the network, as the VM sees it.
+#[derive(Debug, Clone)]
+struct Env {
+    here: Ipv4Addr,
+    interfaces: u8,
+    neighbors: Vec<Ipv4Addr>,
+    /// Destination → next-hop neighbour address.
+    next_hop: HashMap<Ipv4Addr, Ipv4Addr>,
+    /// Neighbour address → (interface, endpoint).
+    link: HashMap<Ipv4Addr, (usize, SocketAddr)>,
+    default_via: Option<Ipv4Addr>,
+    now_ms: u64,
+    services: ServiceTable,
+}
+
+impl NodeContext for Env {
+    fn here(&self) -> Ipv4Addr {
+        self.here
+    }
+    fn interfaces(&self) -> u8 {
+        self.interfaces
+    }
+    fn next_hop(&self, dest: Ipv4Addr) -> Option<Ipv4Addr> {
+        self.next_hop.get(&dest).copied().or(self.default_via)
+    }
+    fn neighbors(&self) -> &[Ipv4Addr] {
+        &self.neighbors
+    }
+    fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+    fn services(&self) -> Option<&ServiceTable> {
+        Some(&self.services)
+    }
+}
+
+impl Env {
+    fn route(&self, dest: Ipv4Addr) -> Option<(usize, SocketAddr)> {
+        let via = self.next_hop(dest)?;
+        self.link.get(&via).copied()
+    }
+}
+
+/// Most packets a single arrival may send to this node itself (`send` to
+/// its own address); each also costs resource bound, so this only caps the
+/// work of one call.
+pub const MAX_LOOPBACK: usize = 64;
+
+/// An anode node, without I/O.
+#[derive(Debug)]
+pub struct Node {
+    env: Env,
+    vm: Vm,
+    mtu: usize,
+    max_rb: u16,
+    ports: BTreeSet<u16>,
+    /// Counters.
+    pub counters: Counters,
+    loopback: Vec<Vec<u8>>,
+    scratch: Vec<u8>,
+    sec: Option<Box<Guard>>,
+    now_ms: u64,
+    modules: Option<Box<Switch>>,
+    /// Neighbour endpoint → neighbour address (who sent a datagram).
+    ep_addr: HashMap<SocketAddr, Ipv4Addr>,
+    /// Packets for module channels found while the VM's outcome is
+    /// borrowed: (port, source, payload).
+    to_channels: Vec<(u16, Ipv4Addr, Vec<u8>)>,
+}
+
+impl Node {
+    /// Builds a node from its configuration and, if routes come from a
+    /// topology, the parsed topology file.
+    ///
+    /// A configuration with security on needs [`Node::with_security`].
+    pub fn new(cfg: &NodeConfig, topology: Option<&Topology>) -> Result<Node, ConfigError> {
+        Node::with_security(cfg, topology, None, 0)
+    }
+
+    /// Builds a node; with security on in `cfg`, `sec` gives its identity.
+    /// `now_ms` is the time base of later calls (link keys are scheduled
+    /// from it).
+    pub fn with_security(
+        cfg: &NodeConfig,
+        topology: Option<&Topology>,
+        sec: Option<SecurityInit>,
+        now_ms: u64,
+    ) -> Result<Node, ConfigError> {
+        cfg.validate()?;
+        let sec = match (cfg.security_enabled(), sec) {
+            (true, Some(init)) => Some(Box::new(Guard::new(cfg, init, now_ms)?)),
+            (true, None) => return Err(ConfigError::MissingKeyFile),
+            (false, _) => None,
+        };
+        let mut link = HashMap::new();
+        for (i, iface) in cfg.interfaces.iter().enumerate() {
+            for n in &iface.neighbors {
+                link.insert(n.address, (i, n.endpoint));
+            }
+        }
+        let mut next_hop = HashMap::new();
+        for n in cfg.neighbor_addrs() {
+            next_hop.insert(n, n);
+        }
+        if let Some(t) = topology {
+            for (dest, via) in t.next_hops(cfg.address)? {
+                if link.contains_key(&via) {
+                    next_hop.entry(dest).or_insert(via);
+                }
+            }
+        }
+        for r in &cfg.routes.static_routes {
+            next_hop.insert(r.dest, r.via);
+        }
+        let names: Vec<String> = cfg.interfaces.iter().map(|i| i.name.clone()).collect();
+        let ep_addr = link.iter().map(|(a, (_, ep))| (*ep, *a)).collect();
+        Ok(Node {
+            env: Env {
+                here: cfg.address,
+                interfaces: cfg.interfaces.len().clamp(1, u8::MAX as usize) as u8,
+                neighbors: cfg.neighbor_addrs(),
+                next_hop,
+                link,
+                default_via: cfg.routes.default_via,
+                now_ms: 0,
+                services: ServiceTable::with_builtins(),
+            },
+            vm: Vm::new(VmConfig { mtu: cfg.mtu }),
+            mtu: cfg.mtu,
+            max_rb: cfg.max_resource_bound,
+            ports: BTreeSet::new(),
+            counters: Counters::new(&names),
+            loopback: Vec::new(),
+            scratch: Vec::new(),
+            sec,
+            now_ms,
+            modules: None,
+            ep_addr,
+            to_channels: Vec::new(),
+        })
+    }
+
+    fn set_now(&mut self, now_ms: u64) {
+        self.now_ms = now_ms;
+        self.env.now_ms = now_ms;
+    }
+
+    /// The earliest time [`handle_timeout`](Self::handle_timeout) has work:
+    /// handshake retries and rekeys, SA expiry, module alarms, code-fetch
+    /// timeouts, credential expiry. `None`: nothing is scheduled, so the
+    /// caller may sleep until the next datagram.
+    pub fn poll_at(&self) -> Option<u64> {
+        let s = self.sec.as_ref().and_then(|g| g.links.poll_at());
+        let m = self.modules.as_ref().and_then(|m| m.sb.poll_at());
+        [s, m].into_iter().flatten().min()
+    }
+
+    /// Runs what is due at `now_ms` (see [`poll_at`](Self::poll_at)): link
+    /// keys at boot, retries with backoff, rekeying, expiry, module alarms.
+    pub fn handle_timeout(&mut self, now_ms: u64, out: &mut Outbox) {
+        self.set_now(now_ms);
+        if self.modules.as_ref().is_some_and(|m| m.sb.poll_at().is_some_and(|t| t <= now_ms)) {
+            let mark = out.transmits.len();
+            self.with_sandbox(now_ms, out, |sb, now, a| sb.handle_timeout(now, a));
+            self.protect(&[], out, mark, now_ms);
+        }
+        self.poll_security(now_ms, out);
+    }
+
+    /// This node's address.
+    pub fn address(&self) -> Ipv4Addr {
+        self.env.here
+    }
+
+    /// The MTU for SNAP packets.
+    pub fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    /// Next hop toward `dest`, if any.
+    pub fn next_hop(&self, dest: Ipv4Addr) -> Option<Ipv4Addr> {
+        self.env.next_hop(dest)
+    }
+
+    /// The routing table: (destination, next-hop neighbour), sorted by
+    /// destination. Without a default route.
+    pub fn routes(&self) -> Vec<(Ipv4Addr, Ipv4Addr)> {
+        let mut v: Vec<_> = self.env.next_hop.iter().map(|(d, v)| (*d, *v)).collect();
+        v.sort();
+        v
+    }
+
+    /// The routing table as the sandbox's `route` interface sees it.
+    pub fn route_table(&self) -> HashMap<Ipv4Addr, Ipv4Addr> {
+        self.env.next_hop.clone()
+    }
+
+    /// The service table, to register node services at run time.
+    pub fn services_mut(&mut self) -> &mut ServiceTable {
+        &mut self.env.services
+    }
+
+    /// Registers a local application port; deliveries to unregistered ports
+    /// are dropped (`no_listener`).
+    pub fn register_port(&mut self, port: u16) {
+        self.ports.insert(port);
+    }
+
+    /// Removes a port registration.
+    pub fn unregister_port(&mut self, port: u16) {
+        self.ports.remove(&port);
+    }
+
+    /// Counts a finished transmission (the daemon calls this after the
+    /// socket accepted it, or with `ok` false if it did not).
+    pub fn count_tx(&mut self, iface: usize, bytes: usize, ok: bool) {
+        if ok {
+            if let Some(c) = self.counters.ifaces.get_mut(iface) {
+                c.tx_packets += 1;
+                c.tx_bytes += bytes as u64;
+            }
+        } else {
+            self.counters.drop(crate::counters::Drop::TxFailed);
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! Switchlets and capsules in the embedded sandbox: capsules from
+//! neighbours and local applications, packets for module channels, module
+//! loads (from the configuration at start and from users over the network,
+//! by the same path), and the actions modules ask for, each done for the
+//! module's principal.
+//!
+//! ```text
+//! CAPSULE (0xA003) from neighbour N ──► Sandbox::handle_capsule(now, N) ──► actions
+//! a payload for a port a module channel matches ──► Sandbox::deliver ──► actions
+//! actions: SendCapsule{to} ──► CAPSULE datagram to that neighbour (sealed hop by hop)
+//!          SendPacket{dst,port} ──► a plain packet, routed
+//!          DeliverLocal{port} ──► the local application
+//!          Log ──► the node's log
+//! ```
+
+use super::{Node, Outbox, Owner, Run, Transmit};
+use crate::counters::Drop;
+use crate::switchlets::Switch;
+use anode_sandbox::{Action, CapsuleError, Invocation, LoadError, LoadSpec, ModuleId, Now, Sandbox};
+use anode_wire::anep;
+use core::net::Ipv4Addr;
+
+/// Why a module load did not happen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LoadFailure {
+    /// The node runs no modules (no `[modules]` section).
+    #[error("this node runs no modules")]
+    ModulesOff,
+    /// The sandbox refused it.
+    #[error("{0}")]
+    Refused(#[from] LoadError),
+}
+
+impl Node {
+    /// Turns on switchlets and capsules with this sandbox (built from the
+    /// `[modules]` section by [`crate::switchlets::sandbox`]).
+    /// `unix_ms_at_zero` is the wall-clock time when `now_ms` was 0
+    /// (credential expiry).
+    pub fn enable_modules(&mut self, sb: Sandbox, unix_ms_at_zero: u64) {
+        self.modules = Some(Box::new(Switch { sb, actions: Vec::new(), invocations: Vec::new(), unix_ms_at_zero }));
+    }
+
+    /// Whether switchlets and capsules are on.
+    pub fn modules_on(&self) -> bool {
+        self.modules.is_some()
+    }
+
+    /// The sandbox, when modules are on.
+    pub fn sandbox(&self) -> Option<&Sandbox> {
+        self.modules.as_ref().map(|m| &m.sb)
+    }
+
+    /// The modules section of `anode status` (None when modules are off).
+    pub fn modules_json(&self) -> Option<serde_json::Value> {
+        self.modules.as_ref().map(|m| crate::switchlets::to_json(&m.sb))
+    }
+
+    /// Loads a module: the one path for modules listed in the configuration
+    /// (loaded at start, `requester` None) and for users' load requests over
+    /// the network (`requester` the SA's principal). The credential is
+    /// decided once, here; the actions of its `anode_init` are carried out
+    /// (sealed for their next hops) and logged like any module's. Loads are
+    /// idempotent: `true` means the module was already loaded.
+    pub fn load_module(
+        &mut self,
+        spec: &LoadSpec<'_>,
+        now_ms: u64,
+        out: &mut Outbox,
+    ) -> Result<(ModuleId, bool), LoadFailure> {
+        self.set_now(now_ms);
+        let mark = out.transmits.len();
+        let r = self.with_sandbox(now_ms, out, |sb, now, a| sb.load_once(now, spec, a));
+        self.protect(&[], out, mark, now_ms);
+        match r {
+            None => Err(LoadFailure::ModulesOff),
+            Some(r) => r.map_err(LoadFailure::Refused),
+        }
+    }
+
+    /// Runs a capsule from a local application here (its first hop).
+    /// A refusal is returned, so the application learns why (expired,
+    /// wrong issuer, missing right, ...).
+    pub fn inject_capsule(&mut self, bytes: &[u8], now_ms: u64, out: &mut Outbox) -> Result<(), CapsuleError> {
+        self.set_now(now_ms);
+        self.counters.injected += 1;
+        let mark = out.transmits.len();
+        let here = self.env.here;
+        let r = self.capsule(here, bytes, now_ms, out);
+        self.protect(&[], out, mark, now_ms);
+        r
+    }
+
+    /// Hands a capsule-protocol message from neighbour `prev` to the
+    /// sandbox and carries out its actions; a refusal is counted and returned.
+    pub(super) fn capsule(
+        &mut self,
+        prev: Ipv4Addr,
+        msg: &[u8],
+        now_ms: u64,
+        out: &mut Outbox,
+    ) -> Result<(), CapsuleError> {
+        if self.modules.is_none() {
+            self.counters.drop(Drop::UnknownType);
+            return Ok(());
+        }
+        self.counters.rx_capsule += 1;
+        match self.with_sandbox(now_ms, out, |sb, now, a| sb.handle_capsule(now, prev, msg, a)) {
+            Some(Err(e)) => {
+                self.counters.drop(Drop::CapsuleRefused);
+                Err(e)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Delivers to the local application that registered `port`, never to a
+    /// module channel (a module's output does not loop into modules).
+    pub(super) fn deliver_to_app(&mut self, port: u16, payload: &[u8], owner: Owner, out: &mut Outbox) {
+        if self.ports.contains(&port) {
+            self.counters.delivered += 1;
+            let data = out.push_arena(&[payload]);
+            out.deliveries.push(super::Delivery { port, data, owner });
+        } else {
+            self.counters.drop(Drop::NoListener);
+        }
+    }
+
+    /// Hands the packets found for module channels to the sandbox.
+    pub(super) fn channel_deliveries(&mut self, out: &mut Outbox) {
+        if self.to_channels.is_empty() {
+            return;
+        }
+        let now = self.now_ms;
+        let pending = std::mem::take(&mut self.to_channels);
+        for (port, src, payload) in &pending {
+            self.with_sandbox(now, out, |sb, now, a| sb.deliver(now, *src, *port, payload, a));
+        }
+        // Keep the (now empty) buffer's capacity.
+        self.to_channels = pending;
+        self.to_channels.clear();
+    }
+
+    /// Calls the sandbox with its (reused, cleared) action list, then
+    /// carries out the actions and records who ran. None when modules are off.
+    pub(super) fn with_sandbox<R>(
+        &mut self,
+        now_ms: u64,
+        out: &mut Outbox,
+        f: impl FnOnce(&mut Sandbox, Now, &mut Vec<Action>) -> R,
+    ) -> Option<R> {
+        let m = self.modules.as_mut()?;
+        let now = m.now(now_ms);
+        let mut actions = std::mem::take(&mut m.actions);
+        let mut runs = std::mem::take(&mut m.invocations);
+        actions.clear();
+        let r = f(&mut m.sb, now, &mut actions);
+        m.sb.take_invocations(&mut runs);
+        for Invocation { module, principal, fuel, .. } in runs.drain(..) {
+            out.runs.push(Run::Module { module, principal, fuel });
+        }
+        self.module_actions(&mut actions, out);
+        if let Some(m) = self.modules.as_mut() {
+            m.actions = actions;
+            m.invocations = runs;
+        }
+        Some(r)
+    }
+
+    /// Carries out what modules asked for, each for its principal.
+    fn module_actions(&mut self, actions: &mut Vec<Action>, out: &mut Outbox) {
+        for a in actions.drain(..) {
+            match a {
+                Action::SendCapsule { principal, to, bytes } => match self.env.link.get(&to).copied() {
+                    Some((iface, ep)) => {
+                        let data = out.push_frame(anep::TYPE_CAPSULE, &[&bytes]);
+                        let owner = principal.map_or(Owner::System, Owner::Principal);
+                        out.transmits.push(Transmit { iface, to: ep, data, owner });
+                    }
+                    None => self.counters.drop(Drop::NoRoute),
+                },
+                Action::SendPacket { principal, dst, port, payload } => {
+                    self.send_plain(dst, port, 64, &payload, Owner::Principal(principal), out);
+                }
+                Action::DeliverLocal { principal, port, payload } => {
+                    self.deliver_to_app(port, &payload, Owner::Principal(principal), out);
+                }
+                Action::Log { module, principal, text } => {
+                    use core::fmt::Write;
+                    let _ = writeln!(out.log, "module {module} ({principal}): {text}");
+                }
+            }
+        }
+    }
+}
