@@ -26,7 +26,7 @@
 //! The plan (ports, addresses, configs, namespace commands) is computed by
 //! pure functions; only [`run`] touches files and processes.
 
-use anode_node::config::{NodeConfig, Topology};
+use anode_node::config::{InterfaceConfig, ModulesConfig, NeighborConfig, NodeConfig, SecurityConfig, Topology};
 use anyhow::{Context, Result, anyhow, bail};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -306,39 +306,37 @@ fn plan(
     let topo_path = dir.join("topology.toml");
     let mut nodes = Vec::new();
     for n in &t.nodes {
-        let mut cfg = String::new();
-        let _ =
-            writeln!(cfg, "# Node {:?} of the testbed in {} (written by `anode testbed up`).", n.name, dir.display());
-        let _ = writeln!(cfg, "address = \"{}\"", n.address);
-        let _ = writeln!(cfg, "run_dir = {}", toml_str(&dir.join(&n.name)));
+        let mut cfg = NodeConfig::new(n.address);
+        cfg.run_dir = Some(dir.join(&n.name));
         let mut listens = Vec::new();
         for (i, peer) in links_of(t, &n.name) {
             let listen = end(i, &n.name)?;
-            let _ = writeln!(cfg, "\n[[interface]]\nname = \"{peer}\"\nlisten = \"{listen}\"");
-            let key = match sec.and_then(|s| s.keys.get(peer)) {
-                Some((k, _)) => format!(", key = \"{k}\""),
-                None => String::new(),
-            };
-            let _ = writeln!(
-                cfg,
-                "neighbors = [{{ address = \"{}\", endpoint = \"{}\"{key} }}]",
-                addr(peer)?,
-                end(i, peer)?
-            );
+            cfg.interfaces.push(InterfaceConfig {
+                name: peer.to_owned(),
+                listen,
+                neighbors: vec![NeighborConfig {
+                    address: addr(peer)?,
+                    endpoint: end(i, peer)?,
+                    key: sec.and_then(|s| s.keys.get(peer)).map(|(k, _)| k.to_string()),
+                    mode: None,
+                }],
+            });
             listens.push((peer.to_owned(), listen));
         }
-        let _ = writeln!(cfg, "\n[routes]\ntopology = {}", toml_str(&topo_path));
-        if let Some(k) = admin {
-            let _ = writeln!(cfg, "\n[modules]\nadmin_key = \"{k}\"");
-        }
+        cfg.routes.topology = Some(topo_path.clone());
+        cfg.modules = admin.map(|k| ModulesConfig { admin_key: k.to_string(), loads: Vec::new() });
         if let Some(s) = sec {
             let (_, file) = s.keys.get(&n.name).ok_or_else(|| anyhow!("internal: no key for {:?}", n.name))?;
-            let _ = writeln!(cfg, "\n[security]\nkey = {}\nmode = \"{}\"", toml_str(file), s.mode);
-            if !s.users.is_empty() {
-                let u: Vec<String> = s.users.iter().map(|k| format!("\"{k}\"")).collect();
-                let _ = writeln!(cfg, "users = [{}]", u.join(", "));
-            }
+            cfg.security = Some(SecurityConfig {
+                key: Some(file.clone()),
+                mode: Some(s.mode.clone()),
+                users: s.users.iter().map(|k| k.to_string()).collect(),
+                ..SecurityConfig::default()
+            });
         }
+        let text = cfg.to_toml().map_err(|e| anyhow!("internal: config of {:?}: {e}", n.name))?;
+        let cfg =
+            format!("# Node {:?} of the testbed in {} (written by `anode testbed up`).\n{text}", n.name, dir.display());
         NodeConfig::from_toml(&cfg)
             .map_err(|e| anyhow!("internal: generated config of {:?} is invalid: {e}", n.name))?;
         nodes.push(PlannedNode {
@@ -354,24 +352,6 @@ fn plan(
         Endpoints::Loopback(_) => Vec::new(),
     };
     Ok(Plan { nodes, netns_setup })
-}
-
-/// A TOML basic string.
-fn toml_str(p: &Path) -> String {
-    let s = p.display().to_string();
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if c.is_control() => {
-                let _ = write!(out, "\\u{:04X}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// The `ip` commands that build the namespaces, veths, addresses and kernel

@@ -403,6 +403,17 @@ impl Daemon {
             o.insert("pid".into(), json!(std::process::id()));
             o.insert("run_dir".into(), json!(self.run_dir.display().to_string()));
             o.insert("version".into(), json!(env!("CARGO_PKG_VERSION")));
+            let t = self.timers;
+            o.insert(
+                "timers".into(),
+                json!({
+                    "fired": t.fired,
+                    "late_us_mean": t.late_us_sum.checked_div(t.fired).unwrap_or(0),
+                    "late_us_max": t.late_us_max,
+                    "late_over_1ms": t.late_over_1ms,
+                    "next_in_ms": self.armed.map(|a| a.saturating_duration_since(std::time::Instant::now()).as_millis() as u64),
+                }),
+            );
             o.insert("metrics".into(), json!(self.metrics_addr().map(|a| a.to_string())));
             let routes: serde_json::Map<String, serde_json::Value> =
                 self.node.routes().iter().map(|(d, v)| (d.to_string(), json!(v.to_string()))).collect();

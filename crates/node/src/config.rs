@@ -5,7 +5,7 @@
 //! [`Topology::from_toml`] take text; the daemon reads the files.
 
 use core::net::{Ipv4Addr, SocketAddr};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
@@ -16,6 +16,9 @@ pub enum ConfigError {
     /// The TOML does not parse or does not match the schema.
     #[error("{0}")]
     Syntax(toml::de::Error),
+    /// A configuration could not be written as TOML.
+    #[error("cannot write the configuration as TOML: {0}")]
+    Serialize(toml::ser::Error),
     /// The node has no interfaces.
     #[error("no [[interface]] sections: a node needs at least one interface")]
     NoInterfaces,
@@ -208,8 +211,20 @@ fn default_max_rb() -> u16 {
     DEFAULT_MAX_RESOURCE_BOUND
 }
 
+fn is_default_mtu(m: &usize) -> bool {
+    *m == default_mtu()
+}
+
+fn is_default_max_rb(r: &u16) -> bool {
+    *r == DEFAULT_MAX_RESOURCE_BOUND
+}
+
+fn is_default_local(l: &LocalConfig) -> bool {
+    *l == LocalConfig::default()
+}
+
 /// One neighbour on an interface.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct NeighborConfig {
     /// The neighbour's overlay address.
@@ -218,16 +233,16 @@ pub struct NeighborConfig {
     pub endpoint: SocketAddr,
     /// Its public key (64 hex digits, or a public key file's text). Required
     /// when security is on: only these keys are accepted (topology freeze).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     /// Protection of this link: "authenticate" or "encrypt" (default: the
     /// `[security] mode`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
 }
 
 /// One interface: a UDP socket and the neighbours reached through it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct InterfaceConfig {
     /// Interface name, for counters and logs.
@@ -235,12 +250,12 @@ pub struct InterfaceConfig {
     /// Local UDP address to bind.
     pub listen: SocketAddr,
     /// Neighbours reached through this interface.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub neighbors: Vec<NeighborConfig>,
 }
 
 /// A static route.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct StaticRoute {
     /// Destination overlay address.
@@ -250,36 +265,39 @@ pub struct StaticRoute {
 }
 
 /// Routing configuration.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RoutesConfig {
     /// Static routes (take precedence over the topology).
-    #[serde(default, rename = "static")]
+    #[serde(default, rename = "static", skip_serializing_if = "Vec::is_empty")]
     pub static_routes: Vec<StaticRoute>,
     /// A topology file shared by all nodes; routes are its shortest paths.
     /// Relative paths are relative to the config file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology: Option<PathBuf>,
     /// Next hop for destinations without a route, and for ANEP packets of
     /// unknown type whose flags say "pass on".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_via: Option<Ipv4Addr>,
 }
 
 /// The `[security]` section: SANE authentication between nodes.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SecurityConfig {
     /// On unless set false (false is for baseline measurements only).
     #[serde(default = "yes")]
     pub enabled: bool,
     /// The node's secret key file (relative paths: to the config file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<PathBuf>,
     /// Default protection of links: "encrypt" (default) or "authenticate".
     /// Encrypt is the default because it is also the faster: see
     /// docs/security.md.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
     /// Public keys of users allowed to connect with Noise XX.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub users: Vec<String>,
     /// Rekey an SA this node initiated after this many seconds.
     #[serde(default = "rekey_after_secs")]
@@ -333,6 +351,24 @@ pub fn parse_mode(what: ModeField, m: Option<&str>, default: anode_sec::Mode) ->
     }
 }
 
+impl Default for SecurityConfig {
+    /// Security on, every setting at its default, no key file yet.
+    fn default() -> Self {
+        SecurityConfig {
+            enabled: true,
+            key: None,
+            mode: None,
+            users: Vec::new(),
+            rekey_after_secs: rekey_after_secs(),
+            reject_after_secs: reject_after_secs(),
+            rekey_after_packets: rekey_after_packets(),
+            grace_ms: grace_ms(),
+            handshake_rate: handshake_rate(),
+            max_clock_skew_secs: max_clock_skew_secs(),
+        }
+    }
+}
+
 impl SecurityConfig {
     /// The default link mode.
     pub fn default_mode(&self) -> Result<anode_sec::Mode, ConfigError> {
@@ -341,19 +377,19 @@ impl SecurityConfig {
 }
 
 /// The `[modules]` section: the sandbox for switchlets and capsules.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModulesConfig {
     /// The administrator's Ed25519 public key (hex): the root every module
     /// credential must be issued from.
     pub admin_key: String,
     /// Modules loaded from disk at start.
-    #[serde(default, rename = "load")]
+    #[serde(default, rename = "load", skip_serializing_if = "Vec::is_empty")]
     pub loads: Vec<ModuleLoad>,
 }
 
 /// One module loaded at start.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModuleLoad {
     /// The wasm file (relative paths: to the config file).
@@ -361,12 +397,13 @@ pub struct ModuleLoad {
     /// Its credential (Biscuit bytes; relative to the config file).
     pub credential: PathBuf,
     /// The loader's name for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
 }
 
 /// The `[local]` section: the local application API and the control
 /// socket (see `docs/node.md`, "Local trust model").
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LocalConfig {
     /// Application clients connected at once.
@@ -380,6 +417,7 @@ pub struct LocalConfig {
     pub stall_timeout_ms: u64,
     /// Group allowed to use `app.sock` and `control.sock` (mode 0660, run
     /// directory 0750); without it only the node's user may (0600, 0700).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub socket_group: Option<String>,
     /// Control-socket connections open at once (the oldest is closed for a
     /// new one).
@@ -407,23 +445,25 @@ impl Default for LocalConfig {
 }
 
 /// A node's configuration file.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeConfig {
     /// The node's overlay address.
     pub address: Ipv4Addr,
     /// Largest SNAP packet, in bytes.
-    #[serde(default = "default_mtu")]
+    #[serde(default = "default_mtu", skip_serializing_if = "is_default_mtu")]
     pub mtu: usize,
     /// Largest resource bound a SNAP packet may carry into this node
     /// (injected or arriving); a larger one is lowered to it and counted
     /// (`rb_clamped`). SNAP bounds a packet's total transmissions by its
     /// resource bound, so this bounds what one datagram can cause.
-    #[serde(default = "default_max_rb")]
+    #[serde(default = "default_max_rb", skip_serializing_if = "is_default_max_rb")]
     pub max_resource_bound: u16,
     /// Directory for the control and application sockets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_dir: Option<PathBuf>,
     /// Prometheus metrics listen address (off when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<SocketAddr>,
     /// Interfaces.
     #[serde(default, rename = "interface")]
@@ -432,15 +472,43 @@ pub struct NodeConfig {
     #[serde(default)]
     pub routes: RoutesConfig,
     /// Authentication between nodes (off when the section is absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security: Option<SecurityConfig>,
     /// Switchlets and capsules (off when the section is absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub modules: Option<ModulesConfig>,
     /// The local application API and control socket.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_default_local")]
     pub local: LocalConfig,
 }
 
 impl NodeConfig {
+    /// A node at `address` with every setting at its default and no
+    /// interfaces yet (not valid until it has one).
+    pub fn new(address: Ipv4Addr) -> NodeConfig {
+        NodeConfig {
+            address,
+            mtu: default_mtu(),
+            max_resource_bound: DEFAULT_MAX_RESOURCE_BOUND,
+            run_dir: None,
+            metrics: None,
+            interfaces: Vec::new(),
+            routes: RoutesConfig::default(),
+            security: None,
+            modules: None,
+            local: LocalConfig::default(),
+        }
+    }
+
+    /// The configuration as TOML text (what `anode testbed` writes), which
+    /// [`from_toml`](Self::from_toml) reads back to an equal value.
+    ///
+    /// # Errors
+    /// [`ConfigError::Serialize`] if a value has no TOML form.
+    pub fn to_toml(&self) -> Result<String, ConfigError> {
+        toml::to_string(self).map_err(ConfigError::Serialize)
+    }
+
     /// Parses and validates a configuration.
     pub fn from_toml(text: &str) -> Result<NodeConfig, ConfigError> {
         let c: NodeConfig = toml::from_str(text).map_err(ConfigError::Syntax)?;
@@ -559,7 +627,7 @@ impl NodeConfig {
 }
 
 /// A topology node.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TopoNode {
     /// Short name.
@@ -569,7 +637,7 @@ pub struct TopoNode {
 }
 
 /// A topology link between two nodes, by name.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TopoLink {
     /// One end.
@@ -579,7 +647,7 @@ pub struct TopoLink {
 }
 
 /// A topology file shared by all nodes of a network.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Topology {
     /// Nodes.
@@ -749,6 +817,23 @@ mod tests {
         c.interfaces[0].listen = SocketAddr::from(([0, 0, 0, 0], listen.port()));
         c.interfaces[1].neighbors[0].endpoint = SocketAddr::from(([127, 0, 0, 1], listen.port()));
         assert!(matches!(c.validate(), Err(ConfigError::EndpointIsSelf { .. })), "wildcard listen, loopback endpoint");
+    }
+
+    #[test]
+    fn configurations_round_trip_through_toml() {
+        let mut c = NodeConfig::from_toml(NODE).expect("valid");
+        assert_eq!(NodeConfig::from_toml(&c.to_toml().expect("toml")).expect("reads back"), c);
+        c.security = Some(SecurityConfig { key: Some("k.key".into()), users: vec!["ab".into()], ..Default::default() });
+        c.modules = Some(ModulesConfig { admin_key: "cd".into(), loads: Vec::new() });
+        c.local.client_queue = 9;
+        c.mtu = 2000;
+        let text = c.to_toml().expect("toml");
+        let back: NodeConfig = toml::from_str(&text).expect("parses (keys are not checked here)");
+        assert_eq!(back, c);
+        assert!(
+            !NodeConfig::from_toml(NODE).expect("valid").to_toml().expect("toml").contains("[local]"),
+            "defaults left out"
+        );
     }
 
     #[test]

@@ -64,6 +64,8 @@ pub fn to_json(sb: &Sandbox) -> serde_json::Value {
         "code_served": c.code_served,
         "code_fetched": c.code_fetched,
         "fetch_timeouts": c.fetch_timeouts,
+        "alarms_fired": c.alarms_fired,
+        "channel_deliveries": c.channel_deliveries,
         "reloads": c.reloads,
         "credential_unloads": c.credential_unloads,
         "cache": format!("{cache:?}"),
