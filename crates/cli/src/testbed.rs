@@ -693,24 +693,73 @@ fn wait_ready(started: &mut [Started], plan: &Plan, timeout: Duration) -> Result
 
 fn up(a: UpArgs) -> Result<ExitCode> {
     let (text, topo) = read_topology(&a.topology)?;
+    let dir = testbed_dir(&a)?;
+    let (endpoints, held) = endpoints(&a, &topo)?;
+    let sec = plan_security(&a, &topo, &dir)?;
+    let admin = if a.no_modules {
+        None
+    } else {
+        Some(
+            crate::keys_cmd::load_or_create(&dir.join("keys"), "admin")
+                .with_context(|| format!("administrator key in {}", dir.join("keys").display()))?
+                .public(),
+        )
+    };
+    let plan = plan(&topo, &dir, &endpoints, sec.as_ref(), admin.as_ref())
+        .with_context(|| format!("planning {}", a.topology.display()))?;
+    let namespaces: Vec<String> = plan.nodes.iter().filter_map(|n| n.namespace.clone()).collect();
+    if a.netns && !a.configs_only {
+        check_netns(&namespaces)?;
+    }
+    write_files(&dir, &text, &plan, a.netns)?;
+    if a.configs_only {
+        emit(&configs_summary(&dir, &plan, a.netns));
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Namespaces first, recorded before they exist so `down` can always
+    // clean up.
+    if a.netns {
+        write_file(&dir.join("namespaces"), namespaces.join("\n") + "\n", 0o644)?;
+        for c in &plan.netns_setup {
+            if let Err(e) = run_cmd(c) {
+                delete_namespaces(&namespaces);
+                let _ = fs::remove_file(dir.join("namespaces"));
+                return Err(e.context("building the network namespaces (all deleted again)"));
+            }
+        }
+    }
+    drop(held);
+    let mut started = Vec::new();
+    let result = start_nodes(&dir, &plan, &mut started)
+        .and_then(|()| wait_ready(&mut started, &plan, Duration::from_secs(a.timeout)));
+    if let Err(e) = result {
+        abort(&mut started, &namespaces);
+        let _ = fs::remove_file(dir.join("namespaces"));
+        return Err(e.context("the testbed did not come up (every node started was stopped again)"));
+    }
+    emit(&up_summary(&a.topology, &dir, &topo, &plan, &started));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The testbed directory, created private if missing, and checked: ours,
+/// not writable by others, no testbed running in it, no namespaces left.
+fn testbed_dir(a: &UpArgs) -> Result<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
     if !a.dir.exists() {
         private_dir(&a.dir)?;
     }
     let dir = fs::canonicalize(&a.dir).with_context(|| format!("resolving {}", a.dir.display()))?;
     let shown = dir.display();
-    {
-        use std::os::unix::fs::MetadataExt;
-        let m = fs::metadata(&dir).with_context(|| format!("reading {shown}"))?;
-        if my_uid().is_some_and(|me| me != m.uid()) {
-            bail!("{shown} belongs to another user (uid {}): choose another --dir", m.uid());
-        }
-        if m.mode() & 0o022 != 0 {
-            bail!(
-                "{shown} is writable by other users (mode {:o}): they could replace the nodes' files; chmod go-w it, \
-                 or choose another --dir",
-                m.mode() & 0o777
-            );
-        }
+    let m = fs::metadata(&dir).with_context(|| format!("reading {shown}"))?;
+    if my_uid().is_some_and(|me| me != m.uid()) {
+        bail!("{shown} belongs to another user (uid {}): choose another --dir", m.uid());
+    }
+    if m.mode() & 0o022 != 0 {
+        bail!(
+            "{shown} is writable by other users (mode {:o}): they could replace the nodes' files; chmod go-w it, or \
+             choose another --dir",
+            m.mode() & 0o777
+        );
     }
     let live = running(&dir);
     if !live.is_empty() {
@@ -724,73 +773,71 @@ fn up(a: UpArgs) -> Result<ExitCode> {
     if !a.configs_only && !recorded_namespaces(&dir).is_empty() {
         bail!("{shown} still records network namespaces: run `anode testbed down --dir {shown}` first");
     }
+    Ok(dir)
+}
 
-    let mut held = Vec::new();
-    let endpoints = if a.netns {
-        Endpoints::Netns(a.base_port.unwrap_or(NETNS_PORT))
-    } else if a.configs_only {
+/// Where each interface listens, and the sockets that hold loopback ports
+/// until the nodes take them.
+fn endpoints(a: &UpArgs, topo: &Topology) -> Result<(Endpoints, Vec<UdpSocket>)> {
+    if a.netns {
+        return Ok((Endpoints::Netns(a.base_port.unwrap_or(NETNS_PORT)), Vec::new()));
+    }
+    if a.configs_only {
         // Nothing will bind: the ports only have to be distinct.
         let base = usize::from(a.base_port.unwrap_or(7000));
-        let ports = (0..interface_count(&topo))
+        let ports = (0..interface_count(topo))
             .map(|k| u16::try_from(base + k).map_err(|_| anyhow!("--base-port {base} leaves no room for the ports")))
             .collect::<Result<Vec<u16>>>()?;
-        Endpoints::Loopback(ports)
-    } else {
-        let (ports, sockets) = reserve_ports(interface_count(&topo), a.base_port)?;
-        held = sockets;
-        Endpoints::Loopback(ports)
-    };
-    let sec = match a.security.as_str() {
-        "off" => None,
-        mode => {
-            let kdir = dir.join("keys");
-            let mut keys = BTreeMap::new();
-            for n in &topo.nodes {
-                let id = crate::keys_cmd::load_or_create(&kdir, &n.name)
-                    .with_context(|| format!("key of node {:?} in {}", n.name, kdir.display()))?;
-                keys.insert(n.name.clone(), (id.public(), kdir.join(format!("{}.key", n.name))));
-            }
-            let mut users = Vec::new();
-            for u in &a.user {
-                users.push(crate::keys_cmd::public_of(u).with_context(|| format!("--user {}", u.display()))?);
-            }
-            Some(PlanSecurity { mode: mode.to_string(), users, keys })
-        }
-    };
-    let admin = if a.no_modules {
-        None
-    } else {
-        Some(
-            crate::keys_cmd::load_or_create(&dir.join("keys"), "admin")
-                .with_context(|| format!("administrator key in {}", dir.join("keys").display()))?
-                .public(),
-        )
-    };
-    let plan = plan(&topo, &dir, &endpoints, sec.as_ref(), admin.as_ref())
-        .with_context(|| format!("planning {}", a.topology.display()))?;
-    let namespaces: Vec<String> = plan.nodes.iter().filter_map(|n| n.namespace.clone()).collect();
-
-    if a.netns && !a.configs_only {
-        if !is_root() {
-            bail!("--netns needs root (it creates network namespaces); run it with sudo, or drop --netns for loopback");
-        }
-        if let Some(ns) = namespaces.iter().find(|ns| netns_exists(ns)) {
-            bail!(
-                "network namespace {ns} already exists (another testbed?): stop that testbed with `anode testbed down \
-                 --dir DIR`, or delete it with `ip netns del {ns}`"
-            );
-        }
+        return Ok((Endpoints::Loopback(ports), Vec::new()));
     }
+    let (ports, sockets) = reserve_ports(interface_count(topo), a.base_port)?;
+    Ok((Endpoints::Loopback(ports), sockets))
+}
 
-    // Files: the topology copy, one config per node, the namespace script.
-    write_file(&dir.join("topology.toml"), &text, 0o644)?;
+/// Keys for every node (made once, kept in DIR/keys) and the users, unless
+/// security is off.
+fn plan_security(a: &UpArgs, topo: &Topology, dir: &Path) -> Result<Option<PlanSecurity>> {
+    let mode = match a.security.as_str() {
+        "off" => return Ok(None),
+        mode => mode,
+    };
+    let kdir = dir.join("keys");
+    let mut keys = BTreeMap::new();
+    for n in &topo.nodes {
+        let id = crate::keys_cmd::load_or_create(&kdir, &n.name)
+            .with_context(|| format!("key of node {:?} in {}", n.name, kdir.display()))?;
+        keys.insert(n.name.clone(), (id.public(), kdir.join(format!("{}.key", n.name))));
+    }
+    let mut users = Vec::new();
+    for u in &a.user {
+        users.push(crate::keys_cmd::public_of(u).with_context(|| format!("--user {}", u.display()))?);
+    }
+    Ok(Some(PlanSecurity { mode: mode.to_string(), users, keys }))
+}
+
+fn check_netns(namespaces: &[String]) -> Result<()> {
+    if !is_root() {
+        bail!("--netns needs root (it creates network namespaces); run it with sudo, or drop --netns for loopback");
+    }
+    if let Some(ns) = namespaces.iter().find(|ns| netns_exists(ns)) {
+        bail!(
+            "network namespace {ns} already exists (another testbed?): stop that testbed with `anode testbed down \
+             --dir DIR`, or delete it with `ip netns del {ns}`"
+        );
+    }
+    Ok(())
+}
+
+/// The topology copy, one config per node, the namespace script.
+fn write_files(dir: &Path, topology: &str, plan: &Plan, netns: bool) -> Result<()> {
+    write_file(&dir.join("topology.toml"), topology, 0o644)?;
     for n in &plan.nodes {
         let nd = dir.join(&n.name);
         private_dir(&nd)?;
         write_file(&nd.join("node.toml"), &n.config, 0o644)?;
         let _ = fs::remove_file(nd.join("pid"));
     }
-    if a.netns {
+    if netns {
         let mut script = String::from(
             "#!/bin/sh\n# Network namespaces of this testbed, as run by `anode testbed up --netns`.\n\
              # `anode testbed down` deletes them (ip netns del), which removes the veths and routes.\nset -e\n",
@@ -803,82 +850,55 @@ fn up(a: UpArgs) -> Result<ExitCode> {
     } else {
         let _ = fs::remove_file(dir.join("netns.sh"));
     }
+    Ok(())
+}
 
-    if a.configs_only {
-        let mut o = String::new();
-        outln!(o, "wrote {} node configs to {shown} (nothing started)", plan.nodes.len());
-        for n in &plan.nodes {
-            outln!(o, "  {}/{}/node.toml", shown, n.name);
-        }
-        if a.netns {
-            outln!(o, "  {shown}/netns.sh ({} commands)", plan.netns_setup.len());
-        }
-        emit(&o);
-        return Ok(ExitCode::SUCCESS);
+fn configs_summary(dir: &Path, plan: &Plan, netns: bool) -> String {
+    let shown = dir.display();
+    let mut o = String::new();
+    outln!(o, "wrote {} node configs to {shown} (nothing started)", plan.nodes.len());
+    for n in &plan.nodes {
+        outln!(o, "  {}/{}/node.toml", shown, n.name);
     }
-
-    // Namespaces first, recorded before they exist so `down` can always
-    // clean up.
-    if a.netns {
-        write_file(&dir.join("namespaces"), namespaces.join("\n") + "\n", 0o644)?;
-        for c in &plan.netns_setup {
-            if let Err(e) = run_cmd(c) {
-                delete_namespaces(&namespaces);
-                let _ = fs::remove_file(dir.join("namespaces"));
-                return Err(e.context("building the network namespaces (all deleted again)"));
-            }
-        }
+    if netns {
+        outln!(o, "  {shown}/netns.sh ({} commands)", plan.netns_setup.len());
     }
+    o
+}
 
+/// Starts every node of the plan, in its namespace if it has one, its
+/// output to DIR/<name>/node.log; what started is in `started`.
+fn start_nodes(dir: &Path, plan: &Plan, started: &mut Vec<Started>) -> Result<()> {
     let exe = std::env::current_exe().context("locating the anode executable")?;
-    drop(held);
-    let mut started: Vec<Started> = Vec::new();
     for n in &plan.nodes {
         let nd = dir.join(&n.name);
         let config = nd.join("node.toml");
         let log_path = nd.join("node.log");
         // A socket left by an earlier run would look ready.
         let _ = fs::remove_file(nd.join("app.sock"));
-        let spawned = (|| -> Result<Child> {
-            write_file(&log_path, b"", 0o600)?;
-            let log = fs::OpenOptions::new()
-                .append(true)
-                .open(&log_path)
-                .with_context(|| format!("opening {}", log_path.display()))?;
-            let mut cmd = match &n.namespace {
-                Some(ns) => {
-                    let mut c = Command::new("ip");
-                    c.args(["netns", "exec", ns]).arg(&exe);
-                    c
-                }
-                None => Command::new(&exe),
-            };
-            cmd.arg("node").arg("--config").arg(&config);
-            cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
-            // Own process group: Ctrl-C in the terminal that ran `up` (or a
-            // script around it) does not reach the nodes.
-            cmd.process_group(0);
-            let child = cmd.spawn().with_context(|| format!("starting {}", exe.display()))?;
-            write_file(&nd.join("pid"), format!("{}\n", child.id()), 0o644)?;
-            Ok(child)
-        })();
-        match spawned {
-            Ok(child) => started.push(Started { name: n.name.clone(), node_dir: nd, child }),
-            Err(e) => {
-                abort(&mut started, &namespaces);
-                let _ = fs::remove_file(dir.join("namespaces"));
-                return Err(e.context(format!("starting node {}", n.name)));
+        write_file(&log_path, b"", 0o600)?;
+        let log = fs::OpenOptions::new()
+            .append(true)
+            .open(&log_path)
+            .with_context(|| format!("opening {}", log_path.display()))?;
+        let mut cmd = match &n.namespace {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&exe);
+                c
             }
-        }
+            None => Command::new(&exe),
+        };
+        cmd.arg("node").arg("--config").arg(&config);
+        cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+        // Own process group: Ctrl-C in the terminal that ran `up` (or a
+        // script around it) does not reach the nodes.
+        cmd.process_group(0);
+        let child = cmd.spawn().with_context(|| format!("starting node {}: {}", n.name, exe.display()))?;
+        started.push(Started { name: n.name.clone(), node_dir: nd.clone(), child });
+        write_file(&nd.join("pid"), format!("{}\n", started.last().map_or(0, |s| s.child.id())), 0o644)?;
     }
-    if let Err(e) = wait_ready(&mut started, &plan, Duration::from_secs(a.timeout)) {
-        abort(&mut started, &namespaces);
-        let _ = fs::remove_file(dir.join("namespaces"));
-        return Err(e.context("the testbed did not come up (every node started was stopped again)"));
-    }
-
-    emit(&up_summary(&a.topology, &dir, &topo, &plan, &started));
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 fn up_summary(topo_path: &Path, dir: &Path, topo: &Topology, plan: &Plan, started: &[Started]) -> String {

@@ -1,0 +1,49 @@
+//! Channels: packets for a port whose demultiplexing specification (port
+//! and payload prefix) a module's channel matches are delivered to that
+//! module's entry.
+
+use super::*;
+
+impl Sandbox {
+    /// Delivers a packet for `port` from `source` to every channel whose demux
+    /// spec matches (port, and payload prefix). Returns how many entries ran.
+    pub fn deliver(&mut self, now: Now, source: Ipv4Addr, port: u16, payload: &[u8], out: &mut Vec<Action>) -> usize {
+        let targets: Vec<(ModuleId, i32)> = self
+            .channels
+            .iter()
+            .filter(|c| c.port == port && payload.starts_with(&c.prefix))
+            .map(|c| (c.module, c.handle))
+            .collect();
+        let mut n = 0;
+        for (module, handle) in targets {
+            let Some(entry) = self.object_entry(module, handle) else { continue };
+            self.counters.channel_deliveries += 1;
+            let _ = self.call(now, module, &entry, handle, payload, u32::from(source), None, out);
+            n += 1;
+        }
+        n
+    }
+
+    /// Whether any module has a channel open.
+    pub fn has_channels(&self) -> bool {
+        !self.channels.is_empty()
+    }
+
+    /// Whether some module's channel would take a packet for `port` with
+    /// this payload (a cheap check before [`Sandbox::deliver`]).
+    pub fn has_channel(&self, port: u16, payload: &[u8]) -> bool {
+        self.channels.iter().any(|c| c.port == port && payload.starts_with(&c.prefix))
+    }
+
+    pub(super) fn object_entry(&self, module: ModuleId, handle: i32) -> Option<String> {
+        let m = self.modules.get(&module)?;
+        let t = self.tenants.get(&m.principal)?;
+        let s = match m.kind {
+            ModuleKind::Module => t.modules.as_ref(),
+            ModuleKind::Capsule => t.capsules.as_ref(),
+        }?;
+        match s.store.data().handles.get(module.0, handle)? {
+            Obj::Channel { entry, .. } | Obj::Alarm { entry, .. } => Some(entry.clone()),
+        }
+    }
+}

@@ -1,0 +1,605 @@
+//! The sandbox: the [`Sandbox`] and its types, split by concern:
+//!
+//! - `loader`: checking, authorizing, compiling, instantiating, unloading;
+//! - `invoke`: calling entries under a CPU bound;
+//! - `channels`: packets to modules by demultiplexing specification;
+//! - `timers`: alarms, fetch timeouts, credential rechecks;
+//! - `capsules`: the capsule engine and code by hash.
+//!
+//! The host interfaces modules import are in `crate::host`.
+
+mod capsules;
+mod channels;
+mod invoke;
+mod loader;
+mod timers;
+
+use invoke::{arm, begin_call, classify, drop_call};
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex};
+
+use anode_cred::{
+    CodeInfo, CredError, Grant, Interface, InterfaceSet, LoadRequest, ModuleHash, ModuleName, NameError, NameRequest,
+    PrincipalId, RequestedLimits, RootKey, Verifier, VerifierConfig,
+};
+use tracing::{debug, info, warn};
+use wasmtime::{Config, Engine, InstancePre, Linker, Module, Store, Trap};
+
+use crate::cache::{CacheStats, CodeCache, Import};
+use crate::capsule::{self, Capsule, Message, WireError};
+use crate::host::{self, CapsuleCtx, Entry, HostLimits, HostOp, Obj, TenantState};
+use crate::state::SoftState;
+use crate::{Action, ModuleId, Now, Routes};
+
+/// How each invocation's CPU is bounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CpuBound {
+    /// Fuel: each invocation gets the grant's `cpu` units (≈ wasm
+    /// instructions). Deterministic, needs no thread. The default.
+    Fuel,
+    /// Epoch interruption: each invocation may run for `ticks` epoch ticks;
+    /// the node must call [`Sandbox::tick`] periodically (e.g. every ms from
+    /// a timer thread). The grant's `cpu` is not used.
+    Epoch {
+        /// Ticks per invocation.
+        ticks: u64,
+    },
+}
+
+/// Sandbox configuration.
+#[derive(Debug, Clone)]
+pub struct SandboxConfig {
+    /// CPU bound per invocation.
+    pub cpu: CpuBound,
+    /// Largest module binary, bytes.
+    pub max_module: usize,
+    /// Code cache bound, bytes (code plus compiled image).
+    pub cache_bytes: usize,
+    /// Limits inside host functions.
+    pub host: HostLimits,
+    /// Loaded modules per principal.
+    pub modules_per_principal: usize,
+    /// Cached capsule instances per principal before its capsule store is recycled.
+    pub capsule_instances: usize,
+    /// Capsules waiting for code, in total.
+    pub max_pending: usize,
+    /// How long to wait for fetched code, ms.
+    pub fetch_timeout_ms: u64,
+    /// Soft-state entries per principal.
+    pub state_entries: usize,
+    /// Alarms fired per [`Sandbox::handle_timeout`] call.
+    pub alarms_per_poll: usize,
+    /// Credential verification.
+    pub verifier: VerifierConfig,
+    /// Optimize compiled code (Cranelift `speed`); `false` compiles faster
+    /// (`none`), for nodes where cold capsule loads dominate.
+    pub optimize: bool,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            cpu: CpuBound::Fuel,
+            max_module: 256 * 1024,
+            cache_bytes: 64 << 20,
+            host: HostLimits::default(),
+            modules_per_principal: 32,
+            capsule_instances: 32,
+            max_pending: 64,
+            fetch_timeout_ms: 1000,
+            state_entries: 1024,
+            alarms_per_poll: 256,
+            verifier: VerifierConfig::default(),
+            optimize: true,
+        }
+    }
+}
+
+/// The wasm engine could not be configured on this host.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SetupError {
+    /// wasmtime refused the configuration.
+    #[error("cannot set up the wasm engine: {0}")]
+    Engine(String),
+}
+
+/// Why a load was refused. Nothing is registered and no other module is affected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LoadError {
+    /// The binary exceeds [`SandboxConfig::max_module`].
+    #[error("module of {size} bytes exceeds the {max}-byte limit")]
+    TooLarge {
+        /// Its size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Not a valid WebAssembly module.
+    #[error("malformed module: {0}")]
+    Malformed(String),
+    /// Its programmer signature section is invalid.
+    #[error("bad module signature: {0}")]
+    BadSignature(NameError),
+    /// The credential decision was negative.
+    #[error("load denied: {0}")]
+    Denied(CredError),
+    /// The module imports something its credential does not grant (or that
+    /// no host interface provides). Module thinning.
+    #[error("forbidden import {import:?}: {}", match right { Some(r) => format!("needs right {r:?}, which the credential does not grant"), None => "no host interface provides it".to_string() })]
+    ForbiddenImport {
+        /// `module.field`.
+        import: String,
+        /// The missing right, or `None` if no interface provides it.
+        right: Option<Interface>,
+    },
+    /// The module imports a function its interface does not have.
+    #[error("unknown import {import:?}: no such host function")]
+    UnknownImport {
+        /// `module.field`.
+        import: String,
+    },
+    /// The module's memory or tables exceed the principal's memory limit.
+    #[error("module needs more memory than the principal's {cap}-byte limit")]
+    MemoryLimit {
+        /// The limit.
+        cap: usize,
+    },
+    /// Instantiation failed (e.g. an import with the wrong signature).
+    #[error("instantiation failed: {0}")]
+    Instantiate(String),
+    /// `anode_init` (or the start function) failed.
+    #[error("module initialisation failed: {0}")]
+    InitFailed(InvokeError),
+    /// The principal already has the most modules allowed.
+    #[error("principal has {0} modules loaded, the most allowed")]
+    TooManyModules(usize),
+}
+
+impl LoadError {
+    /// A short stable label for counters.
+    pub fn label(&self) -> &'static str {
+        match self {
+            LoadError::TooLarge { .. } => "too_large",
+            LoadError::Malformed(_) => "malformed",
+            LoadError::BadSignature(_) => "bad_signature",
+            LoadError::Denied(e) => e.label(),
+            LoadError::ForbiddenImport { .. } => "forbidden_import",
+            LoadError::UnknownImport { .. } => "unknown_import",
+            LoadError::MemoryLimit { .. } => "memory_limit",
+            LoadError::Instantiate(_) => "instantiate",
+            LoadError::InitFailed(_) => "init_failed",
+            LoadError::TooManyModules(_) => "too_many_modules",
+        }
+    }
+}
+
+/// Why an invocation failed. It ended that invocation only; its actions were discarded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvokeError {
+    /// No such module (never loaded, or unloaded).
+    #[error("no such module")]
+    NoSuchModule,
+    /// The module registered no entry by that name.
+    #[error("module has no registered entry {0:?}")]
+    UnregisteredEntry(String),
+    /// The CPU bound was reached.
+    #[error("CPU bound exceeded (invocation interrupted)")]
+    CpuExhausted,
+    /// Memory growth beyond the principal's limit, then a trap.
+    #[error("memory limit exceeded")]
+    MemoryLimit,
+    /// A trap (including stack overflow and host errors).
+    #[error("trap: {0}")]
+    Trap(String),
+}
+
+impl InvokeError {
+    /// A short stable label for counters.
+    pub fn label(&self) -> &'static str {
+        match self {
+            InvokeError::NoSuchModule => "no_such_module",
+            InvokeError::UnregisteredEntry(_) => "unregistered_entry",
+            InvokeError::CpuExhausted => "cpu_exhausted",
+            InvokeError::MemoryLimit => "memory_limit",
+            InvokeError::Trap(_) => "trap",
+        }
+    }
+}
+
+/// Why a capsule-protocol message was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CapsuleError {
+    /// Bad wire format.
+    #[error("bad capsule message: {0}")]
+    Wire(#[from] WireError),
+    /// The code does not hash to the name it was sent under.
+    #[error("code hash mismatch: named {named}, code hashes to {actual}")]
+    WrongHash {
+        /// The hash in the message.
+        named: ModuleHash,
+        /// The hash of the code.
+        actual: ModuleHash,
+    },
+    /// Loading the capsule's code was refused.
+    #[error("capsule refused: {0}")]
+    Load(#[from] LoadError),
+    /// The capsule's entry failed.
+    #[error("capsule entry failed: {0}")]
+    Invoke(#[from] InvokeError),
+    /// Too many capsules are waiting for code.
+    #[error("too many capsules waiting for code")]
+    PendingFull,
+}
+
+impl CapsuleError {
+    /// A short stable label for counters.
+    pub fn label(&self) -> &'static str {
+        match self {
+            CapsuleError::Wire(_) => "wire",
+            CapsuleError::WrongHash { .. } => "wrong_hash",
+            CapsuleError::Load(e) => e.label(),
+            CapsuleError::Invoke(e) => e.label(),
+            CapsuleError::PendingFull => "pending_full",
+        }
+    }
+}
+
+/// What became of a capsule-protocol message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CapsuleOutcome {
+    /// The capsule's entry ran and returned this value.
+    Ran {
+        /// The capsule instance.
+        module: ModuleId,
+        /// The entry's return value.
+        result: i32,
+    },
+    /// The code is not cached: the capsule waits while it is fetched.
+    Pending {
+        /// The code's hash.
+        hash: ModuleHash,
+        /// Whether this capsule sent the code request (the first to wait).
+        requested: bool,
+    },
+    /// Answered a code request from the cache.
+    CodeServed,
+    /// Fetched code arrived; the waiting capsules were run (with these results).
+    CodeArrived {
+        /// Results of the capsules that waited.
+        results: Vec<Result<i32, CapsuleError>>,
+    },
+    /// Nothing to do (a request for code not cached, or an unsolicited reply).
+    Ignored,
+}
+
+/// A module to load.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadSpec<'a> {
+    /// The module binary.
+    pub code: &'a [u8],
+    /// The credential (Biscuit bytes).
+    pub credential: Option<&'a [u8]>,
+    /// The authenticated requester (from a security association), if any.
+    pub requester: Option<PrincipalId>,
+    /// The loader's own name for the module.
+    pub local_name: Option<&'a str>,
+    /// Limits asked for (default: the credential's maxima).
+    pub limits: RequestedLimits,
+}
+
+/// Records kept between [`Sandbox::take_invocations`] calls, at most.
+const MAX_INVOCATION_RECORDS: usize = 4096;
+
+/// One invocation of a module entry: who ran and what it used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Invocation {
+    /// The module (or capsule instance).
+    pub module: ModuleId,
+    /// Its principal, which the invocation is done for.
+    pub principal: PrincipalId,
+    /// Fuel used (≈ wasm instructions; 0 under epoch interruption).
+    pub fuel: u64,
+    /// Whether it returned normally.
+    pub ok: bool,
+}
+
+/// Module or capsule instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModuleKind {
+    /// A loaded switchlet (its instance persists until unloaded).
+    Module,
+    /// A cached capsule instance (may be recycled at any time).
+    Capsule,
+}
+
+/// Per-module counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ModuleCounters {
+    /// Entry invocations.
+    pub invocations: u64,
+    /// Invocations that returned normally.
+    pub ok: u64,
+    /// Traps.
+    pub traps: u64,
+    /// CPU bound reached.
+    pub cpu_exhausted: u64,
+    /// Memory limit reached.
+    pub memory_exhausted: u64,
+    /// Calls naming an entry it never registered.
+    pub unregistered_entry: u64,
+    /// Log messages dropped by the rate limit.
+    pub log_dropped: u64,
+}
+
+/// A description of a loaded module.
+#[derive(Debug, Clone)]
+pub struct ModuleInfo {
+    /// Its id.
+    pub id: ModuleId,
+    /// Module or capsule.
+    pub kind: ModuleKind,
+    /// Its principal.
+    pub principal: PrincipalId,
+    /// SHA-256 of the code.
+    pub hash: ModuleHash,
+    /// The names it is registered under.
+    pub names: Vec<ModuleName>,
+    /// Its registered entries.
+    pub entries: Vec<String>,
+    /// The interfaces it imports.
+    pub interfaces: InterfaceSet,
+    /// The grant it was loaded under.
+    pub grant: Grant,
+    /// Its counters.
+    pub counters: ModuleCounters,
+}
+
+/// Sandbox-wide counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxCounters {
+    /// Modules loaded.
+    pub loads: u64,
+    /// Loads refused, by [`LoadError::label`].
+    pub load_refused: HashMap<&'static str, u64>,
+    /// Modules unloaded.
+    pub unloads: u64,
+    /// Entry invocations (all kinds).
+    pub invocations: u64,
+    /// Failed invocations, by [`InvokeError::label`].
+    pub invoke_failed: HashMap<&'static str, u64>,
+    /// Capsules whose entry ran.
+    pub capsules_run: u64,
+    /// Capsule messages refused, by [`CapsuleError::label`].
+    pub capsule_refused: HashMap<&'static str, u64>,
+    /// Code requests sent to previous hops.
+    pub code_requests_sent: u64,
+    /// Code requests answered from the cache.
+    pub code_served: u64,
+    /// Fetched code verified and used.
+    pub code_fetched: u64,
+    /// Fetches that timed out (their capsules dropped).
+    pub fetch_timeouts: u64,
+    /// Capsules dropped because their fetch timed out.
+    pub pending_dropped: u64,
+    /// Unsolicited or unknown code replies and requests.
+    pub ignored: u64,
+    /// Alarms fired.
+    pub alarms_fired: u64,
+    /// Packets delivered to channels.
+    pub channel_deliveries: u64,
+    /// Capsule stores recycled to bound per-principal instances.
+    pub capsule_store_recycles: u64,
+    /// Loads that found the same code already loaded for the same
+    /// principal under the same name (a retried request): no second copy.
+    pub reloads: u64,
+    /// Modules unloaded because their credential no longer allowed them
+    /// (expired, mostly).
+    pub credential_unloads: u64,
+}
+
+struct Space {
+    store: Store<TenantState>,
+    live: usize,
+    instances: usize,
+}
+
+struct Tenant {
+    modules: Option<Space>,
+    capsules: Option<Space>,
+    capsule_insts: HashMap<ModuleHash, ModuleId>,
+    state: Arc<Mutex<SoftState>>,
+    mem_cap: usize,
+}
+
+struct Loaded {
+    kind: ModuleKind,
+    principal: PrincipalId,
+    hash: ModuleHash,
+    names: Vec<ModuleName>,
+    entries: HashMap<String, Entry>,
+    interfaces: InterfaceSet,
+    grant: Grant,
+    counters: ModuleCounters,
+    /// The loader's name for it (loads are idempotent per principal, code and name).
+    local_name: Option<String>,
+    /// What its authorization is decided again with when a date its
+    /// credential mentions comes (modules only).
+    recheck: Option<Recheck>,
+}
+
+/// A loaded module's load request, kept to authorize it again.
+#[derive(Clone)]
+struct Recheck {
+    credential: Arc<[u8]>,
+    requester: Option<PrincipalId>,
+    limits: RequestedLimits,
+    info: CodeInfo,
+}
+
+struct ChannelRoute {
+    port: u16,
+    prefix: Vec<u8>,
+    module: ModuleId,
+    handle: i32,
+}
+
+struct Fetch {
+    deadline: u64,
+    waiting: Vec<(Ipv4Addr, Vec<u8>)>,
+}
+
+/// Code checked before authorization.
+struct Inspected {
+    info: CodeInfo,
+    imports: Vec<Import>,
+    interfaces: InterfaceSet,
+}
+
+/// The loader, the Core's host interfaces and the capsule engine of one node.
+pub struct Sandbox {
+    engine: Engine,
+    cfg: SandboxConfig,
+    verifier: Verifier,
+    routes: Arc<dyn Routes>,
+    linkers: HashMap<InterfaceSet, Linker<TenantState>>,
+    cache: CodeCache,
+    tenants: HashMap<PrincipalId, Tenant>,
+    modules: HashMap<ModuleId, Loaded>,
+    names: HashMap<ModuleName, ModuleId>,
+    channels: Vec<ChannelRoute>,
+    alarms: BinaryHeap<Reverse<(u64, ModuleId, i32)>>,
+    /// When loaded modules' credentials must be decided again (ms, module).
+    rechecks: BinaryHeap<Reverse<(u64, ModuleId)>>,
+    /// Invocations since the node last took them (who ran, and what it used).
+    invocations: Vec<Invocation>,
+    fetches: HashMap<ModuleHash, Fetch>,
+    pending: usize,
+    next_id: u32,
+    counters: SandboxCounters,
+}
+
+impl Sandbox {
+    /// A sandbox that verifies credentials against the administrator key `root`.
+    pub fn new(root: RootKey, cfg: SandboxConfig, routes: Arc<dyn Routes>) -> Result<Sandbox, SetupError> {
+        let mut c = Config::new();
+        match cfg.cpu {
+            CpuBound::Fuel => {
+                c.consume_fuel(true);
+            }
+            CpuBound::Epoch { .. } => {
+                c.epoch_interruption(true);
+            }
+        }
+        c.max_wasm_stack(256 * 1024);
+        // No .eh_frame for JIT code: libgcc registers and deregisters unwind info
+        // in a linked list, so with it on every module load or eviction cost grew
+        // with the number of cached modules (measured: 1.7 -> 3.2 ms per cold
+        // capsule over 10,000), the paper's symbol-table problem again. Wasm
+        // backtraces on traps do not need it.
+        c.native_unwind_info(false);
+        if !cfg.optimize {
+            c.cranelift_opt_level(wasmtime::OptLevel::None);
+        }
+        let engine = Engine::new(&c).map_err(|e| SetupError::Engine(format!("{e:#}")))?;
+        let verifier = Verifier::new(root, cfg.verifier.clone());
+        Ok(Sandbox {
+            engine,
+            cache: CodeCache::new(cfg.cache_bytes),
+            cfg,
+            verifier,
+            routes,
+            linkers: HashMap::new(),
+            tenants: HashMap::new(),
+            modules: HashMap::new(),
+            names: HashMap::new(),
+            channels: Vec::new(),
+            alarms: BinaryHeap::new(),
+            rechecks: BinaryHeap::new(),
+            invocations: Vec::new(),
+            fetches: HashMap::new(),
+            pending: 0,
+            next_id: 1,
+            counters: SandboxCounters::default(),
+        })
+    }
+
+    /// Replaces the routing answers given to the `route` interface (new stores use them).
+    pub fn set_routes(&mut self, routes: Arc<dyn Routes>) {
+        self.routes = routes.clone();
+        for t in self.tenants.values_mut() {
+            for s in [t.modules.as_mut(), t.capsules.as_mut()].into_iter().flatten() {
+                s.store.data_mut().routes = routes.clone();
+            }
+        }
+    }
+
+    /// Advances the epoch (only meaningful with [`CpuBound::Epoch`]).
+    pub fn tick(&self) {
+        self.engine.increment_epoch();
+    }
+
+    /// The engine, for a timer thread that calls `increment_epoch` itself.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Sandbox-wide counters.
+    pub fn counters(&self) -> &SandboxCounters {
+        &self.counters
+    }
+
+    /// Credential decision counters.
+    pub fn auth_counters(&self) -> &anode_cred::AuthCounters {
+        self.verifier.counters()
+    }
+
+    /// Code cache statistics.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    /// Bytes of soft state held by `principal`.
+    pub fn state_bytes(&self, principal: &PrincipalId) -> usize {
+        self.tenants.get(principal).and_then(|t| t.state.lock().ok().map(|s| s.bytes())).unwrap_or(0)
+    }
+
+    /// Linear memory charged to `principal`'s module store, bytes.
+    pub fn memory_used(&self, principal: &PrincipalId) -> usize {
+        self.tenants.get(principal).and_then(|t| t.modules.as_ref()).map_or(0, |s| s.store.data().limiter.used)
+    }
+
+    /// Loaded modules (switchlets, not capsule instances).
+    pub fn modules(&self) -> Vec<ModuleId> {
+        let mut v: Vec<ModuleId> =
+            self.modules.iter().filter(|(_, m)| m.kind == ModuleKind::Module).map(|(id, _)| *id).collect();
+        v.sort();
+        v
+    }
+
+    /// A description of module `id`.
+    pub fn module(&self, id: ModuleId) -> Option<ModuleInfo> {
+        let m = self.modules.get(&id)?;
+        let mut entries: Vec<String> = m.entries.keys().cloned().collect();
+        entries.sort();
+        Some(ModuleInfo {
+            id,
+            kind: m.kind,
+            principal: m.principal,
+            hash: m.hash,
+            names: m.names.clone(),
+            entries,
+            interfaces: m.interfaces,
+            grant: m.grant.clone(),
+            counters: m.counters,
+        })
+    }
+
+    /// The first loaded module matching a name request (version preference
+    /// lists fall back in order).
+    pub fn resolve(&self, req: &NameRequest) -> Option<ModuleId> {
+        req.candidates().iter().find_map(|n| self.names.get(n).copied())
+    }
+}

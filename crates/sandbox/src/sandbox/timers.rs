@@ -1,0 +1,112 @@
+//! Timers: module alarms, code-fetch timeouts, and the dates at which
+//! loaded modules' credentials are decided again (a module its credential
+//! no longer allows is unloaded).
+
+use super::*;
+
+impl Sandbox {
+    /// The earliest time [`Sandbox::handle_timeout`] has work (alarms, fetch timeouts).
+    pub fn poll_at(&self) -> Option<u64> {
+        let a = self.alarms.peek().map(|Reverse((d, _, _))| *d);
+        let f = self.fetches.values().map(|f| f.deadline).min();
+        let r = self.rechecks.peek().map(|Reverse((d, _))| *d);
+        [a, f, r].into_iter().flatten().min()
+    }
+
+    /// Fires due alarms (at most [`SandboxConfig::alarms_per_poll`]), expires
+    /// fetches, and unloads modules whose credentials no longer allow them.
+    pub fn handle_timeout(&mut self, now: Now, out: &mut Vec<Action>) {
+        self.recheck_due(now);
+        let mut fired = 0;
+        while fired < self.cfg.alarms_per_poll {
+            let Some(Reverse((d, module, handle))) = self.alarms.peek().copied() else { break };
+            if d > now.ms {
+                break;
+            }
+            self.alarms.pop();
+            let live = self.modules.get(&module).and_then(|m| {
+                let t = self.tenants.get_mut(&m.principal)?;
+                let s = match m.kind {
+                    ModuleKind::Module => t.modules.as_mut(),
+                    ModuleKind::Capsule => t.capsules.as_mut(),
+                }?;
+                let h = &mut s.store.data_mut().handles;
+                match h.get(module.0, handle) {
+                    Some(Obj::Alarm { deadline, entry }) if *deadline == d => {
+                        let e = entry.clone();
+                        h.remove(module.0, handle);
+                        Some(e)
+                    }
+                    _ => None,
+                }
+            });
+            if let Some(entry) = live {
+                fired += 1;
+                self.counters.alarms_fired += 1;
+                let _ = self.call(now, module, &entry, handle, &[], 0, None, out);
+            }
+        }
+        let expired: Vec<ModuleHash> =
+            self.fetches.iter().filter(|(_, f)| f.deadline <= now.ms).map(|(h, _)| *h).collect();
+        for h in expired {
+            if let Some(f) = self.fetches.remove(&h) {
+                self.counters.fetch_timeouts += 1;
+                self.counters.pending_dropped += f.waiting.len() as u64;
+                self.pending -= f.waiting.len();
+                debug!(hash = %h, dropped = f.waiting.len(), "code fetch timed out");
+            }
+        }
+    }
+
+    /// Schedules the next decision on module `id`'s credential at `at`.
+    pub(super) fn schedule_recheck(&mut self, now: Now, id: ModuleId, at: Option<std::time::SystemTime>) {
+        if let Some(t) = at {
+            let delay = t.duration_since(now.wall).map_or(0, |d| d.as_millis().min(u64::MAX as u128) as u64);
+            self.rechecks.push(Reverse((now.ms.saturating_add(delay), id)));
+        }
+    }
+
+    /// Decides again on the credentials of modules whose recheck time has
+    /// come; a module its credential no longer allows is unloaded.
+    pub(super) fn recheck_due(&mut self, now: Now) {
+        while let Some(Reverse((at, id))) = self.rechecks.peek().copied() {
+            if at > now.ms {
+                break;
+            }
+            self.rechecks.pop();
+            let Some((rc, name, interfaces, principal)) = self
+                .modules
+                .get(&id)
+                .and_then(|m| Some((m.recheck.clone()?, m.local_name.clone(), m.interfaces, m.principal)))
+            else {
+                continue;
+            };
+            let req = LoadRequest {
+                credential: Some(&rc.credential),
+                requester: rc.requester,
+                code: &rc.info,
+                local_name: name.as_deref(),
+                interfaces,
+                limits: rc.limits,
+            };
+            match self.verifier.authorize(now.wall, &req) {
+                Ok(g) => {
+                    // Dates are whole seconds: a check that still holds at
+                    // its own date is looked at again a second later.
+                    let next = match g.recheck_at {
+                        Some(t) if t > now.wall => Some(t),
+                        Some(_) => Some(now.wall + std::time::Duration::from_secs(1)),
+                        None => None,
+                    };
+                    self.schedule_recheck(now, id, next);
+                }
+                Err(e) => {
+                    warn!(module = %id, principal = %principal, reason = %e,
+                          "module unloaded: its credential no longer allows it");
+                    self.unload(id);
+                    self.counters.credential_unloads += 1;
+                }
+            }
+        }
+    }
+}
