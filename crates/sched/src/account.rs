@@ -263,6 +263,7 @@ pub enum SessionEvent {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

@@ -241,6 +241,7 @@ pub(crate) fn check(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
@@ -248,10 +249,19 @@ mod tests {
         let e = check(Resource::Cpu, 0, 300, 600, 950, 200).unwrap_err();
         assert_eq!(
             e,
-            AdmissionError::Refused { resource: Resource::Cpu, by: Limit::Credential, asked: 300, left: 350, allowed: 200 }
+            AdmissionError::Refused {
+                resource: Resource::Cpu,
+                by: Limit::Credential,
+                asked: 300,
+                left: 350,
+                allowed: 200
+            }
         );
         let e = check(Resource::Cpu, 0, 400, 600, 950, 500).unwrap_err();
-        assert_eq!(e, AdmissionError::Refused { resource: Resource::Cpu, by: Limit::Node, asked: 400, left: 350, allowed: 500 });
+        assert_eq!(
+            e,
+            AdmissionError::Refused { resource: Resource::Cpu, by: Limit::Node, asked: 400, left: 350, allowed: 500 }
+        );
         assert_eq!(check(Resource::Cpu, 0, 350, 600, 950, 500), Ok(()));
         // Over capacity already (the operator lowered it): shrinking passes.
         assert_eq!(check(Resource::Cpu, 500, 400, 600, 950, 500), Ok(()));

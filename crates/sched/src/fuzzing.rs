@@ -58,7 +58,9 @@ pub fn control_apply(data: &[u8]) {
             }
             Request::Close { session } => node.close_session(&principal, session, now).map(|c| Reply::closed(&c)),
             Request::List => Ok(Reply::Sessions(node.list(&principal, now).iter().map(Into::into).collect())),
-            Request::Show { session } => node.show(&principal, session, now).map(|i| Reply::Sessions(vec![(&i).into()])),
+            Request::Show { session } => {
+                node.show(&principal, session, now).map(|i| Reply::Sessions(vec![(&i).into()]))
+            }
         };
         let reply = reply.unwrap_or_else(|e| Reply::error(&e));
         let bytes = match reply.to_bytes() {
@@ -77,5 +79,16 @@ pub fn control_apply(data: &[u8]) {
                 assert!(info.heap_bytes <= ceilings.max_heap_bytes);
             }
         }
+    }
+}
+
+/// Text as a Fig. 11 trace: what parses re-emits to text that parses to the
+/// same trace.
+pub fn trace_parse(data: &[u8]) {
+    let Ok(text) = core::str::from_utf8(data) else { return };
+    if let Ok(t) = crate::trace::Trace::parse(text) {
+        let again = crate::trace::Trace::parse(&t.to_csv());
+        assert_eq!(again.as_ref(), Ok(&t), "trace did not round-trip");
+        let _ = crate::trace::stats(&t.rows);
     }
 }

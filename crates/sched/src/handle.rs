@@ -126,12 +126,12 @@ impl<T> Slab<T> {
     /// Stores `value`, returning its handle, or gives the value back if all
     /// 2^32 indices are in use or retired.
     pub fn insert<K: Key>(&mut self, value: T) -> Result<K, T> {
-        if let Some(index) = self.free.pop() {
-            if let Some(slot) = self.slots.get_mut(index as usize) {
-                slot.value = Some(value);
-                self.len += 1;
-                return Ok(K::from_parts(index, slot.generation));
-            }
+        if let Some(index) = self.free.pop()
+            && let Some(slot) = self.slots.get_mut(index as usize)
+        {
+            slot.value = Some(value);
+            self.len += 1;
+            return Ok(K::from_parts(index, slot.generation));
         }
         let Ok(index) = u32::try_from(self.slots.len()) else { return Err(value) };
         self.slots.push(Slot { generation: 1, value: Some(value) });
@@ -208,6 +208,7 @@ impl<T> Slab<T> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

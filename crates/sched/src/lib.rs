@@ -11,6 +11,8 @@
 //! - [`rcane`]: [`Rcane`], sessions over all of the above: the
 //!   principal-facing requests (checked against the authenticated principal)
 //!   and the daemon's trusted calls.
+//! - [`trace`]: the per-period CPU trace (CSV) of the Fig. 11 experiment
+//!   and its statistics, shared by the node, the Linux baselines and the plot.
 //! - [`wire`]: the session control messages (open, reserve, close, list,
 //!   show and their replies), a checked view and a `Repr`.
 //!
@@ -45,6 +47,7 @@ pub mod handle;
 pub mod pool;
 pub mod rcane;
 pub mod scheduler;
+pub mod trace;
 pub mod wire;
 
 pub use account::{Account, Charge, CloseReason, Owner, PrincipalId, ResourceKind, SessionEvent};

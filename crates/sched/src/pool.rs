@@ -134,6 +134,7 @@ impl<E> Pool<E> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

@@ -771,8 +771,22 @@ impl<E> Rcane<E> {
         }
         let cap = self.cfg.capacity;
         check(Resource::Heap, s.heap_bytes, plan.heap_bytes, heap, cap.heap_bytes, c.max_heap_bytes)?;
-        check(Resource::Tx, s.tx_bytes_per_sec, plan.tx_bytes_per_sec, tx, cap.tx_bytes_per_sec, c.max_tx_bytes_per_sec)?;
-        check(Resource::Rx, s.rx_bytes_per_sec, plan.rx_bytes_per_sec, rx, cap.rx_bytes_per_sec, c.max_rx_bytes_per_sec)?;
+        check(
+            Resource::Tx,
+            s.tx_bytes_per_sec,
+            plan.tx_bytes_per_sec,
+            tx,
+            cap.tx_bytes_per_sec,
+            c.max_tx_bytes_per_sec,
+        )?;
+        check(
+            Resource::Rx,
+            s.rx_bytes_per_sec,
+            plan.rx_bytes_per_sec,
+            rx,
+            cap.rx_bytes_per_sec,
+            c.max_rx_bytes_per_sec,
+        )?;
         Ok(plan)
     }
 
@@ -996,6 +1010,12 @@ impl<E> Rcane<E> {
         }
         self.update_runnable(vp, now);
         Ok(())
+    }
+
+    /// Takes the completed-period records logged since the last drain (see
+    /// [`Scheduler::drain_periods`]).
+    pub fn drain_periods(&mut self) -> impl Iterator<Item = crate::scheduler::PeriodRecord> + '_ {
+        self.sched.drain_periods()
     }
 
     /// Which VP runs now and for how long (see [`Scheduler::pick`]).

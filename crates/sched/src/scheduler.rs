@@ -402,6 +402,10 @@ impl Scheduler {
         self.roll(i, now);
         let Some(v) = self.vps.by_index_mut(i) else { return };
         v.runnable = true;
+        if v.period_start == now {
+            // Not a moment of this period passed idle.
+            v.idle_in_period = false;
+        }
         // CBS wake rule: keep the budget only if it fits in the time left
         // at the VP's bandwidth: remaining * period <= (deadline - now) * slice.
         let left = u128::from(v.deadline.saturating_sub(now));
@@ -707,6 +711,7 @@ impl Scheduler {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     const MS: u64 = 1_000_000;

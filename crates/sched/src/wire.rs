@@ -450,9 +450,7 @@ impl Request {
                 let credential = r.take(n)?.to_vec();
                 Request::Open { credential, reservation: r.reservation()? }
             }
-            op::RESERVE => {
-                Request::Reserve { session: SessionId::from_raw(r.u64()?), reservation: r.reservation()? }
-            }
+            op::RESERVE => Request::Reserve { session: SessionId::from_raw(r.u64()?), reservation: r.reservation()? },
             op::CLOSE => Request::Close { session: SessionId::from_raw(r.u64()?) },
             op::LIST => Request::List,
             op::SHOW => Request::Show { session: SessionId::from_raw(r.u64()?) },
@@ -932,6 +930,7 @@ impl From<SchedError> for Reply {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     const MS: u64 = 1_000_000;
@@ -1087,7 +1086,8 @@ mod tests {
             Reply::error(&RcaneError::Vp(vp, HandleError::NotYours)),
             Reply::Error { code: ErrorCode::VpNotYours, detail: vp.to_raw() }
         );
-        let refused = AdmissionError::Refused { resource: Resource::Cpu, by: Limit::Node, asked: 5, left: 4, allowed: 9 };
+        let refused =
+            AdmissionError::Refused { resource: Resource::Cpu, by: Limit::Node, asked: 5, left: 4, allowed: 9 };
         assert_eq!(
             Reply::error(&refused.into()),
             Reply::Refused { resource: Resource::Cpu, by: Limit::Node, asked: 5, left: 4, allowed: 9 }
