@@ -120,8 +120,11 @@ pub fn stats_text(t: &Trace, markdown: bool) -> String {
             ));
         }
     }
+    if markdown && !t.meta.is_empty() {
+        s.push('\n');
+    }
     for (k, v) in &t.meta {
-        s.push_str(&format!("{}{k} = {v}\n", if markdown { "\n- " } else { "# " }));
+        s.push_str(&format!("{}{k} = {v}\n", if markdown { "- " } else { "# " }));
     }
     s
 }
