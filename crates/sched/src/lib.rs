@@ -7,6 +7,7 @@
 //! - [`pool`]: bounded event queues bound to one VP.
 //! - [`admission`]: node capacity, credential ceilings, reservation requests
 //!   and their typed refusals.
+//! - [`limiter`]: per-principal rate limiting of session requests.
 //! - [`account`]: principals, per-session accounts, charges, close reasons.
 //! - [`rcane`]: [`Rcane`], sessions over all of the above: the
 //!   principal-facing requests (checked against the authenticated principal)
@@ -44,6 +45,7 @@ pub mod account;
 pub mod admission;
 pub mod fuzzing;
 pub mod handle;
+pub mod limiter;
 pub mod pool;
 pub mod rcane;
 pub mod scheduler;
@@ -53,6 +55,7 @@ pub mod wire;
 pub use account::{Account, Charge, CloseReason, Owner, PrincipalId, ResourceKind, SessionEvent};
 pub use admission::{AdmissionError, Capacity, Ceilings, Limit, ReserveRequest, Resource, VpOp};
 pub use handle::{PoolId, SessionId, VpId};
+pub use limiter::{RateLimited, RequestLimiter};
 pub use pool::{Pool, PoolSpec, PoolStats};
 pub use rcane::{
     ClosedSession, ConfigError, Granted, HandleError, PoolInfo, PostRefusal, PostRefused, Rcane, RcaneConfig,

@@ -66,7 +66,8 @@ pub struct Fig11Args {
     /// Seconds the run goes on after D starts.
     #[arg(long, default_value_t = 6.0)]
     tail: f64,
-    /// cpu.shares of B, C and D's cgroups (`cfs` only; A's thread weighs 1024).
+    /// cpu.shares of B, C and D's cgroups (`cfs` only). Each group is a child
+    /// of the controller's root, where A and every other task weigh 1024.
     #[arg(long, default_value_t = 1024)]
     cfs_shares: u64,
     /// Where the cgroup v1 cpu controller is mounted (`cfs` only).
@@ -150,7 +151,7 @@ struct Cgroup {
 impl Cgroup {
     fn create(root: &Path, name: &str, period_us: u64, quota_us: u64, shares: u64) -> Result<Cgroup> {
         let dir = root.join(name);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating cgroup {} (needs root)", dir.display()))?;
+        std::fs::create_dir(&dir).with_context(|| format!("creating cgroup {} (needs root)", dir.display()))?;
         let g = Cgroup { dir };
         g.write("cpu.cfs_period_us", &period_us.to_string())?;
         g.write("cpu.cfs_quota_us", &quota_us.to_string())?;
@@ -251,8 +252,9 @@ pub fn run(a: Fig11Args) -> Result<std::process::ExitCode> {
         Policy::Deadline => Some(Sysctl::set("/proc/sys/kernel/sched_rt_runtime_us", "-1")?),
         Policy::Cfs => None,
     };
-    let group_root = a.cgroup.join(format!("anode-fig11-{}", std::process::id()));
-    let _root_guard = (a.sched == Policy::Cfs).then(|| Cgroup { dir: group_root.clone() });
+    // One group per load directly under the controller's root, so each
+    // competes with A (a task of the root group) as one entity of its own.
+    let group_prefix = format!("anode-fig11-{}-", std::process::id());
     let (steal0, steal0_cpu) = steal_ticks(cpu)?;
     let t0 = Instant::now() + Duration::from_millis(100);
     let stagger = Duration::from_secs_f64(a.stagger);
@@ -287,8 +289,8 @@ pub fn run(a: Fig11Args) -> Result<std::process::ExitCode> {
             }
             (Policy::Cfs, _) => {
                 let g = std::sync::Arc::new(Cgroup::create(
-                    &group_root,
-                    l.name,
+                    &a.cgroup,
+                    &format!("{group_prefix}{}", l.name),
                     cfs_period_ns.unwrap_or(l.period_ns) / 1000,
                     slice_ns / 1000,
                     a.cfs_shares,
