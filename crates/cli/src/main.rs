@@ -14,8 +14,10 @@ use clap::{Parser, Subcommand};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
+mod account_cmd;
 mod apps;
 mod demo;
+mod experiment;
 mod keys_cmd;
 mod module_cmd;
 mod node_cmd;
@@ -61,6 +63,11 @@ enum Cmd {
     /// Start or stop a testbed of nodes from a topology file.
     #[command(subcommand)]
     Testbed(testbed::TestbedCmd),
+    /// Read the accounting ledger: what each principal used.
+    Account(account_cmd::AccountArgs),
+    /// Reproduce the papers' experiments (RCANE Fig. 11 baselines and plot).
+    #[command(subcommand)]
+    Experiment(experiment::ExperimentCmd),
     /// Run the local demonstration: SNAP ping, traceroute and hostile packets
     /// on a simulated line of nodes, with per-instruction traces.
     Demo {
@@ -152,6 +159,8 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Cmd::Keys(c) => keys_cmd::run(c),
         Cmd::Module(c) => module_cmd::run(c),
         Cmd::Plan(c) => plan_cmd::run(c),
+        Cmd::Account(a) => account_cmd::run(a),
+        Cmd::Experiment(c) => experiment::run(c),
     }
 }
 

@@ -1,0 +1,130 @@
+//! `anode experiment`: reproductions of the papers' figures.
+//!
+//! - `fig11`: RCANE Fig. 11 (CPU share per scheduling period of four
+//!   CPU-bound loads) for the Linux baselines: SCHED_DEADLINE and CFS
+//!   bandwidth control, on one pinned CPU.
+//! - `plot-fig11`: the PNG of one or more Fig. 11 traces.
+//! - `stats`: per-load statistics of Fig. 11 traces.
+//!
+//! The trace format is `anode_sched::trace` (docs/rcane.md), shared with the
+//! anode node's own run.
+
+mod fig11;
+mod plot;
+
+use anode_sched::trace::{self, Trace};
+use anyhow::{Context, Result};
+use clap::Subcommand;
+use std::path::PathBuf;
+
+/// `anode experiment` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ExperimentCmd {
+    /// RCANE Fig. 11 on Linux: A best-effort, B/C/D with 10/20/30 % of one CPU
+    /// in 4 ms periods, started 3 s apart, as threads pinned to one CPU.
+    /// Needs root.
+    Fig11(fig11::Fig11Args),
+    /// Plot Fig. 11 traces (CSV) as a PNG: share per period over time, one
+    /// panel per source, one trace per load.
+    #[command(name = "plot-fig11")]
+    PlotFig11 {
+        /// Trace files (the CSV format of docs/rcane.md).
+        #[arg(required = true)]
+        csv: Vec<PathBuf>,
+        /// Output PNG.
+        #[arg(short, long, default_value = "fig11.png")]
+        output: PathBuf,
+    },
+    /// Per-load statistics of Fig. 11 traces: percentiles of the share per
+    /// period and the fraction of periods with at least 95 % of the slice.
+    Stats {
+        /// Trace files.
+        #[arg(required = true)]
+        csv: Vec<PathBuf>,
+        /// Print a Markdown table.
+        #[arg(long)]
+        markdown: bool,
+    },
+}
+
+/// Runs `anode experiment`.
+pub fn run(c: ExperimentCmd) -> Result<std::process::ExitCode> {
+    match c {
+        ExperimentCmd::Fig11(a) => fig11::run(a),
+        ExperimentCmd::PlotFig11 { csv, output } => {
+            let t = load(&csv)?;
+            plot::fig11(&t, &output)?;
+            eprintln!("wrote {}", output.display());
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+        ExperimentCmd::Stats { csv, markdown } => {
+            let t = load(&csv)?;
+            print!("{}", stats_text(&t, markdown));
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Reads and concatenates traces.
+pub fn load(files: &[PathBuf]) -> Result<Trace> {
+    let mut all = Trace::default();
+    for f in files {
+        let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        let t = Trace::parse(&text).with_context(|| format!("{} is not a Fig. 11 trace", f.display()))?;
+        all.rows.extend(t.rows);
+        all.meta.extend(t.meta);
+    }
+    Ok(all)
+}
+
+/// The statistics table (plain or Markdown), with the run metadata.
+pub fn stats_text(t: &Trace, markdown: bool) -> String {
+    let mut s = String::new();
+    let pct = |x: f64| format!("{:.2}", 100.0 * x);
+    if markdown {
+        s.push_str("| source | load | guaranteed % | periods | mean % | p1 % | p5 % | p50 % | periods with ≥ 95 % of slice |\n");
+        s.push_str("|---|---|---|---|---|---|---|---|---|\n");
+    } else {
+        s.push_str(&format!(
+            "{:<16} {:<4} {:>6} {:>8} {:>7} {:>7} {:>7} {:>7} {:>9}\n",
+            "source", "load", "guar%", "periods", "mean%", "p1%", "p5%", "p50%", ">=95%slc"
+        ));
+    }
+    for l in trace::stats(&t.rows) {
+        let met = l.met_95.map_or("-".to_string(), |m| format!("{:.2} %", 100.0 * m));
+        if markdown {
+            s.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                l.source,
+                l.load,
+                pct(l.guaranteed),
+                l.periods,
+                pct(l.mean),
+                pct(l.p1),
+                pct(l.p5),
+                pct(l.p50),
+                met
+            ));
+        } else {
+            s.push_str(&format!(
+                "{:<16} {:<4} {:>6} {:>8} {:>7} {:>7} {:>7} {:>7} {:>9}\n",
+                l.source,
+                l.load,
+                pct(l.guaranteed),
+                l.periods,
+                pct(l.mean),
+                pct(l.p1),
+                pct(l.p5),
+                pct(l.p50),
+                met
+            ));
+        }
+    }
+    if markdown && !t.meta.is_empty() {
+        s.push('\n');
+    }
+    for (k, v) in &t.meta {
+        s.push_str(&format!("{}{k} = {v}\n", if markdown { "- " } else { "# " }));
+    }
+    s
+}

@@ -1,0 +1,135 @@
+//! Rate limiting of session control requests, per principal (issue 14: "a
+//! flood of requests, which is rate-limited and charged to System within its
+//! guarantee").
+//!
+//! Session requests run in the System session, whose guarantee is fixed;
+//! without a limit, one principal's flood would use all of System's time
+//! and delay everyone's requests. Each principal has a token bucket
+//! (`rate_per_sec` tokens per second, at most `burst`); a request takes one
+//! token or is refused with the time until the next token. The table is
+//! bounded: when it is full, buckets that have refilled completely (which
+//! carry no state) are dropped; if none has, requests from principals not
+//! yet in the table are refused until one has (counted).
+
+use crate::account::PrincipalId;
+use std::collections::HashMap;
+
+/// A refused request: when to try again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("too many session requests: retry in {retry_after_ns} ns")]
+pub struct RateLimited {
+    /// Time until a token is available, ns.
+    pub retry_after_ns: u64,
+}
+
+/// Token buckets per principal.
+#[derive(Debug, Clone)]
+pub struct RequestLimiter {
+    rate_per_sec: u64,
+    burst: u64,
+    max_principals: usize,
+    /// Tokens in units of 1e-9 token (so refill is exact in ns), and the
+    /// time of the last update.
+    buckets: HashMap<PrincipalId, (u64, u64)>,
+    refused: u64,
+}
+
+const UNIT: u64 = 1_000_000_000;
+
+impl RequestLimiter {
+    /// `rate_per_sec` requests per second per principal (≥ 1), bursts of
+    /// `burst` (≥ 1), at most `max_principals` principals tracked.
+    pub fn new(rate_per_sec: u32, burst: u32, max_principals: usize) -> RequestLimiter {
+        RequestLimiter {
+            rate_per_sec: u64::from(rate_per_sec.max(1)),
+            burst: u64::from(burst.max(1)),
+            max_principals: max_principals.max(1),
+            buckets: HashMap::new(),
+            refused: 0,
+        }
+    }
+
+    fn refill(&self, (tokens, last): (u64, u64), now: u64) -> u64 {
+        let dt = now.saturating_sub(last);
+        tokens.saturating_add(dt.saturating_mul(self.rate_per_sec)).min(self.burst * UNIT)
+    }
+
+    /// Takes one token for `p` at `now`.
+    ///
+    /// # Errors
+    /// [`RateLimited`] with the time until the next token (counted).
+    pub fn check(&mut self, p: PrincipalId, now: u64) -> Result<(), RateLimited> {
+        if !self.buckets.contains_key(&p) && self.buckets.len() >= self.max_principals {
+            let full = self.burst * UNIT;
+            let (rate, burst) = (self.rate_per_sec, self.burst);
+            self.buckets.retain(|_, b| {
+                let dt = now.saturating_sub(b.1);
+                b.0.saturating_add(dt.saturating_mul(rate)).min(burst * UNIT) < full
+            });
+            if self.buckets.len() >= self.max_principals {
+                self.refused += 1;
+                return Err(RateLimited { retry_after_ns: UNIT / self.rate_per_sec });
+            }
+        }
+        let b = self.buckets.get(&p).copied().unwrap_or((self.burst * UNIT, now));
+        let tokens = self.refill(b, now);
+        if tokens < UNIT {
+            self.buckets.insert(p, (tokens, now.max(b.1)));
+            self.refused += 1;
+            return Err(RateLimited { retry_after_ns: (UNIT - tokens).div_ceil(self.rate_per_sec) });
+        }
+        self.buckets.insert(p, (tokens - UNIT, now.max(b.1)));
+        Ok(())
+    }
+
+    /// Requests refused so far.
+    pub fn refused(&self) -> u64 {
+        self.refused
+    }
+
+    /// Principals tracked.
+    pub fn tracked(&self) -> usize {
+        self.buckets.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn bursts_then_the_rate() {
+        let mut l = RequestLimiter::new(10, 3, 8);
+        let p = PrincipalId([1; 32]);
+        for _ in 0..3 {
+            l.check(p, 0).unwrap();
+        }
+        assert_eq!(l.check(p, 0), Err(RateLimited { retry_after_ns: 100 * MS }));
+        assert_eq!(l.check(p, 60 * MS), Err(RateLimited { retry_after_ns: 40 * MS }));
+        l.check(p, 100 * MS).unwrap();
+        assert!(l.check(p, 150 * MS).is_err());
+        // Another principal is not affected.
+        l.check(PrincipalId([2; 32]), 150 * MS).unwrap();
+        // A flood of 1000 requests in a second gets through at the rate only.
+        let q = PrincipalId([3; 32]);
+        let ok = (0..1000u64).filter(|i| l.check(q, 200 * MS + i * MS).is_ok()).count();
+        assert_eq!(ok, 3 + 9, "3 at once, then one per 100 ms (at 300..=1100 ms)");
+        assert!(l.refused() >= 980);
+    }
+
+    #[test]
+    fn the_table_is_bounded() {
+        let mut l = RequestLimiter::new(1, 1, 2);
+        l.check(PrincipalId([1; 32]), 0).unwrap();
+        l.check(PrincipalId([2; 32]), 0).unwrap();
+        // Both buckets are empty: a third principal waits.
+        assert!(l.check(PrincipalId([3; 32]), 0).is_err());
+        assert_eq!(l.tracked(), 2);
+        // Once they have refilled, their state is dropped to make room.
+        l.check(PrincipalId([3; 32]), 2_000 * MS).unwrap();
+        assert!(l.tracked() <= 2);
+    }
+}
