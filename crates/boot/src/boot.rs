@@ -522,40 +522,60 @@ pub fn boot(
     params: &BootParams,
     now: SystemTime,
 ) -> Result<BootOutcome, BootError> {
+    let (r, events) = boot_with_events(io, sources, params, now);
+    r.map(|chain| BootOutcome { chain, events })
+}
+
+/// [`boot`], returning the events also when the boot fails (for reports
+/// such as `anode boot verify`).
+pub fn boot_with_events(
+    io: &mut dyn BootIo,
+    sources: &mut [Box<dyn Source>],
+    params: &BootParams,
+    now: SystemTime,
+) -> (Result<VerifiedChain, BootError>, Vec<BootEvent>) {
     let mut run = Run { io, sources, p: params, events: Vec::new(), next_id: 1 };
-    let prior = match run.read(STATE, crate::state::MAX_STATE)? {
-        None => {
-            run.event(BootEvent::FirstBoot);
-            None
-        }
-        Some(b) => match BootState::parse(&b) {
-            Ok(s) => Some(s),
-            Err(e) if params.policy == Policy::Refuse => return Err(BootError::State(e)),
-            Err(e) => {
-                run.event(BootEvent::StateIgnored(e));
+    let r = run.boot(now);
+    (r, run.events)
+}
+
+impl Run<'_> {
+    fn boot(&mut self, now: SystemTime) -> Result<VerifiedChain, BootError> {
+        let params = self.p;
+        let prior = match self.read(STATE, crate::state::MAX_STATE)? {
+            None => {
+                self.event(BootEvent::FirstBoot);
                 None
             }
-        },
-    };
-    let trusted = run.metadata(prior.as_ref(), now)?;
-    for n in trusted.notices() {
-        run.event(BootEvent::Notice(n.clone()));
-    }
-    run.event(BootEvent::MetadataVerified { versions: versions(trusted.new_state()) });
-    let names: Vec<ComponentName> = trusted.components().map(|e| e.name.clone()).collect();
-    let mut chain = ChainBuilder::new(trusted);
-    for layer in Layer::ALL {
-        for name in names.iter().filter(|n| n.layer == layer) {
-            run.component(&mut chain, name)?;
+            Some(b) => match BootState::parse(&b) {
+                Ok(s) => Some(s),
+                Err(e) if params.policy == Policy::Refuse => return Err(BootError::State(e)),
+                Err(e) => {
+                    self.event(BootEvent::StateIgnored(e));
+                    None
+                }
+            },
+        };
+        let trusted = self.metadata(prior.as_ref(), now)?;
+        for n in trusted.notices() {
+            self.event(BootEvent::Notice(n.clone()));
         }
+        self.event(BootEvent::MetadataVerified { versions: versions(trusted.new_state()) });
+        let names: Vec<ComponentName> = trusted.components().map(|e| e.name.clone()).collect();
+        let mut chain = ChainBuilder::new(trusted);
+        for layer in Layer::ALL {
+            for name in names.iter().filter(|n| n.layer == layer) {
+                self.component(&mut chain, name)?;
+            }
+        }
+        let chain = chain.finish()?;
+        if params.commit {
+            let v = versions(chain.state());
+            self.io
+                .write_boot_file(STATE, &chain.state().to_bytes())
+                .map_err(|reason| BootError::Io { file: STATE.into(), reason })?;
+            self.event(BootEvent::StateRecorded(v));
+        }
+        Ok(chain)
     }
-    let chain = chain.finish()?;
-    if params.commit {
-        let v = versions(chain.state());
-        run.io
-            .write_boot_file(STATE, &chain.state().to_bytes())
-            .map_err(|reason| BootError::Io { file: STATE.into(), reason })?;
-        run.event(BootEvent::StateRecorded(v));
-    }
-    Ok(BootOutcome { chain, events: run.events })
 }

@@ -15,6 +15,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 mod apps;
+mod boot_cmd;
 mod demo;
 mod keys_cmd;
 mod module_cmd;
@@ -58,6 +59,10 @@ enum Cmd {
     /// PLAN programs: compile to SNAP, check, run on a node or the simulator.
     #[command(subcommand)]
     Plan(plan_cmd::PlanCmd),
+    /// The verified boot chain: make the signed metadata (keygen, sign) and
+    /// verify a node's chain layer by layer (verify).
+    #[command(subcommand)]
+    Boot(boot_cmd::BootCmd),
     /// Start or stop a testbed of nodes from a topology file.
     #[command(subcommand)]
     Testbed(testbed::TestbedCmd),
@@ -152,6 +157,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Cmd::Keys(c) => keys_cmd::run(c),
         Cmd::Module(c) => module_cmd::run(c),
         Cmd::Plan(c) => plan_cmd::run(c),
+        Cmd::Boot(c) => boot_cmd::run(c),
     }
 }
 
