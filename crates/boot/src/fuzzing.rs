@@ -53,3 +53,55 @@ fn split(data: &[u8]) -> Vec<&[u8]> {
     out.push(rest);
     out
 }
+
+/// Seeds for `boot_recovery`: one message of each kind.
+pub fn recovery_seeds() -> Vec<Vec<u8>> {
+    use crate::recovery::{ErrorCode, Repr};
+    vec![
+        Repr::Fetch { id: 7, offset: 0, max: 1024, name: "b/config/node.toml" }.to_vec(),
+        Repr::Fetch { id: 8, offset: 0, max: 512, name: "metadata/timestamp.json" }.to_vec(),
+        Repr::Data { id: 7, offset: 0, total: 5, data: b"hello" }.to_vec(),
+        Repr::Error { id: 9, code: ErrorCode::NotFound }.to_vec(),
+    ]
+}
+
+/// Seeds for `boot_metadata`: a signed repository for node `b` (root,
+/// timestamp, snapshot, targets and the config component, joined by
+/// `\n%%\n`), a state file and a `boot.toml`.
+pub fn metadata_seeds() -> Vec<Vec<u8>> {
+    use crate::layer::ComponentName;
+    use crate::sign::{self, RoleKeys, RootSpec, Targets};
+    let id = |n: u8| anode_sec::Identity::from_seed(&[n; 32]);
+    let (root_k, targets_k, snap_k, ts_k) = (id(1), id(2), id(3), id(4));
+    let later = SystemTime::UNIX_EPOCH + Duration::from_secs(1_900_000_000);
+    let spec = RootSpec {
+        version: 1,
+        expires: later,
+        root: RoleKeys::one(root_k.public()),
+        targets: RoleKeys::one(targets_k.public()),
+        snapshot: RoleKeys::one(snap_k.public()),
+        timestamp: RoleKeys::one(ts_k.public()),
+    };
+    let config = b"address = \"10.0.0.2\"\n".to_vec();
+    let mut t = Targets::new();
+    let mut seeds = Vec::new();
+    let made = (|| -> Option<Vec<u8>> {
+        let root = sign::root(&spec, &[&root_k]).ok()?;
+        t.add(&ComponentName::parse("b/config/node.toml").ok()?, &config).ok()?;
+        let targets = t.sign(1, later, &[&targets_k]).ok()?;
+        let snapshot = sign::snapshot(1, later, &targets, &[&snap_k]).ok()?;
+        let timestamp = sign::timestamp(1, later, &snapshot, &[&ts_k]).ok()?;
+        let mut v = Vec::new();
+        for part in [&root, &timestamp, &snapshot, &targets, &config] {
+            if !v.is_empty() {
+                v.extend_from_slice(b"\n%%\n");
+            }
+            v.extend_from_slice(part);
+        }
+        Some(v)
+    })();
+    seeds.extend(made);
+    seeds.push(crate::state::BootState { format: 1, root: 1, ..Default::default() }.to_bytes());
+    seeds.push(b"node = \"b\"\npolicy = \"recover\"\nmirrors = [\"../repo\"]\n".to_vec());
+    seeds
+}

@@ -287,3 +287,59 @@ fn a_packet_that_bypasses_the_perimeter_is_refused() {
     assert!(w.a3.accept_attached(Some(&att), &admitted.payload, NOW).is_ok());
     assert_eq!(w.a3.counters().refused.values().sum::<u64>(), 5);
 }
+
+/// The shipped two-domain testbed: every node in exactly one domain, borders
+/// and services among the members, every link between domains joins two
+/// borders, and each domain is connected on its own links.
+#[test]
+fn the_shipped_two_domain_topology_is_consistent() {
+    use std::collections::{BTreeMap, BTreeSet};
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/topologies");
+    let topo: toml::Value = toml::from_str(&std::fs::read_to_string(dir.join("domains.toml")).unwrap()).unwrap();
+    let map: toml::Value = toml::from_str(&std::fs::read_to_string(dir.join("domains-map.toml")).unwrap()).unwrap();
+    let names = |v: &toml::Value| -> BTreeSet<String> {
+        v.as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_string()).collect()
+    };
+    let nodes: BTreeSet<String> =
+        topo["node"].as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap().to_string()).collect();
+    let links: Vec<(String, String)> = topo["link"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["a"].as_str().unwrap().to_string(), l["b"].as_str().unwrap().to_string()))
+        .collect();
+    let mut domain_of = BTreeMap::new();
+    let mut borders = BTreeSet::new();
+    let domains = map["domain"].as_array().unwrap();
+    assert_eq!(domains.len(), 2);
+    for d in domains {
+        let members = names(&d["members"]);
+        for m in &members {
+            assert!(nodes.contains(m), "{m} is not in the topology");
+            assert!(domain_of.insert(m.clone(), d["name"].as_str().unwrap()).is_none(), "{m} in two domains");
+        }
+        assert!(names(&d["borders"]).is_subset(&members) && names(&d["kdc"]).is_subset(&members));
+        borders.extend(names(&d["borders"]));
+        // Connected on its own links.
+        let mut seen = BTreeSet::from([members.iter().next().unwrap().clone()]);
+        loop {
+            let before = seen.len();
+            for (a, b) in &links {
+                if members.contains(a) && members.contains(b) && (seen.contains(a) || seen.contains(b)) {
+                    seen.insert(a.clone());
+                    seen.insert(b.clone());
+                }
+            }
+            if seen.len() == before {
+                break;
+            }
+        }
+        assert_eq!(seen, members, "domain {} is not connected", d["name"]);
+    }
+    assert_eq!(domain_of.len(), nodes.len(), "every node in a domain");
+    let crossing: Vec<&(String, String)> = links.iter().filter(|(a, b)| domain_of[a] != domain_of[b]).collect();
+    assert!(!crossing.is_empty());
+    for (a, b) in crossing {
+        assert!(borders.contains(a) && borders.contains(b), "{a}-{b} crosses domains between non-border nodes");
+    }
+}
