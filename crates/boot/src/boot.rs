@@ -246,6 +246,10 @@ pub struct BootOutcome {
     pub events: Vec<BootEvent>,
 }
 
+/// The boot directory's root, root rotations, and timestamp, snapshot and
+/// targets (each possibly missing).
+type LocalMetadata = (Vec<u8>, Vec<Vec<u8>>, [Option<Vec<u8>>; 3]);
+
 struct Run<'a> {
     io: &'a mut dyn BootIo,
     sources: &'a mut [Box<dyn Source>],
@@ -282,7 +286,7 @@ impl Run<'_> {
         self.io.read_boot_file(file, max).map_err(|reason| BootError::Io { file: file.into(), reason })
     }
 
-    fn local_metadata(&mut self) -> Result<(Vec<u8>, Vec<Vec<u8>>, [Option<Vec<u8>>; 3]), BootError> {
+    fn local_metadata(&mut self) -> Result<LocalMetadata, BootError> {
         let l = self.p.limits;
         let root = self.read(ROOT, l.root)?.ok_or(BootError::NoRoot)?;
         let mut updates = Vec::new();

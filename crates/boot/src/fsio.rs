@@ -59,6 +59,10 @@ pub struct BootConfig {
     pub peers: Vec<String>,
     /// The node binary to verify (default: the running executable).
     pub binary: Option<PathBuf>,
+    /// The node's base directory, which component names are relative to
+    /// (default: the directory of the node's configuration file; relative
+    /// paths: to the boot directory).
+    pub base: Option<PathBuf>,
     /// Recovery attempts per component, over all sources in turn.
     #[serde(default = "attempts")]
     pub max_attempts: u32,
@@ -301,7 +305,8 @@ impl NodeBoot {
 }
 
 /// Boots a node from boot directory `dir`, its components relative to
-/// `base` (the directory of its configuration file), with the mirrors of
+/// `base` (the directory of its configuration file, unless `boot.toml` names
+/// a `base`), with the mirrors of
 /// `DIR/boot.toml` and then `extra` sources (peer nodes) for recovery.
 /// `commit`: store recovered copies and record the new state.
 ///
@@ -319,7 +324,10 @@ pub fn boot_node(
         Some(b) => dir.join(b),
         None => std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe")),
     };
-    let base = normalize(base);
+    let base = match &config.base {
+        Some(b) => normalize(&dir.join(b)),
+        None => normalize(base),
+    };
     let mut io = FsIo::new(dir, &base, &binary);
     let mut sources: Vec<Box<dyn Source>> =
         config.mirrors.iter().map(|m| Box::new(MirrorSource::new(&dir.join(m))) as Box<dyn Source>).collect();

@@ -54,9 +54,13 @@ pub struct SignArgs {
     /// The node's name in the metadata.
     #[arg(long)]
     pub node: String,
-    /// The node's configuration file; its directory is the node's base.
+    /// The node's configuration file.
     #[arg(long)]
     pub config: PathBuf,
+    /// The node's base directory: component names are relative to it, and
+    /// every component must lie under it (default: the config's directory).
+    #[arg(long)]
+    pub base: Option<PathBuf>,
     /// The node binary (default: this executable).
     #[arg(long)]
     pub binary: Option<PathBuf>,
@@ -90,9 +94,12 @@ pub struct VerifyArgs {
     /// The node's boot directory (boot.toml, root.json, …).
     #[arg(long)]
     pub boot: PathBuf,
-    /// The node's configuration file (its directory is the node's base).
+    /// The node's configuration file.
     #[arg(long)]
     pub config: PathBuf,
+    /// The node's base directory, as given to `sign` (default: the config's directory).
+    #[arg(long)]
+    pub base: Option<PathBuf>,
     /// Policy instead of boot.toml's: refuse, recover or degraded.
     #[arg(long, value_parser = ["refuse", "recover", "degraded"])]
     pub policy: Option<String>,
@@ -149,6 +156,14 @@ fn role_keys(dir: &Path, prefix: &str) -> Result<Vec<Identity>> {
     files.iter().map(|f| Identity::load(f).with_context(|| f.display().to_string())).collect()
 }
 
+/// The node's base directory: `base`, or the config file's directory.
+fn base_of(config: &Path, base: Option<&Path>) -> PathBuf {
+    match base {
+        Some(b) => normalize(b),
+        None => config.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/")),
+    }
+}
+
 /// A node file's name relative to the base directory.
 fn relative(base: &Path, p: &Path) -> Result<String> {
     let abs = normalize(&base.join(p));
@@ -162,7 +177,7 @@ fn relative(base: &Path, p: &Path) -> Result<String> {
 /// The node's components: (name, path on disk).
 fn components(a: &SignArgs) -> Result<Vec<(ComponentName, PathBuf)>> {
     let config = normalize(&a.config);
-    let base = config.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
+    let base = base_of(&config, a.base.as_deref());
     let text = std::fs::read_to_string(&config).with_context(|| format!("reading {}", config.display()))?;
     let cfg = anode_node::config::NodeConfig::from_toml(&text).with_context(|| config.display().to_string())?;
     let binary = match &a.binary {
@@ -170,8 +185,9 @@ fn components(a: &SignArgs) -> Result<Vec<(ComponentName, PathBuf)>> {
         None => std::env::current_exe().context("finding this executable")?,
     };
     let mut out = vec![(ComponentName::new(&a.node, Layer::Binary, "anode")?, binary)];
+    let cfg_dir = config.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
     let mut add = |layer: Layer, p: &Path| -> Result<()> {
-        let rel = relative(&base, p)?;
+        let rel = relative(&base, &cfg_dir.join(p))?;
         out.push((ComponentName::new(&a.node, layer, &rel).with_context(|| rel.clone())?, base.join(&rel)));
         Ok(())
     };
@@ -298,6 +314,9 @@ fn install(a: &SignArgs, dir: &Path, root: &[u8], [ts, snap, targets]: [&Vec<u8>
         if let Some(b) = &a.binary {
             s.push_str(&format!("binary = {:?}\n", normalize(b)));
         }
+        if let Some(b) = &a.base {
+            s.push_str(&format!("base = {:?}\n", normalize(b)));
+        }
         w(SETTINGS, s.as_bytes())?;
     }
     println!("installed into {}", dir.display());
@@ -309,7 +328,8 @@ fn verify(a: &VerifyArgs) -> Result<ExitCode> {
     if let Some(p) = &a.policy {
         cfg.policy = Policy::parse(p).ok_or_else(|| anyhow!("bad policy {p}"))?;
     }
-    let base = normalize(&a.config).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
+    let from_settings = cfg.base.as_ref().map(|b| a.boot.join(b));
+    let base = base_of(&normalize(&a.config), a.base.as_deref().or(from_settings.as_deref()));
     let binary = match &cfg.binary {
         Some(b) => a.boot.join(b),
         None => std::env::current_exe()?,
