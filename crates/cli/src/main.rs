@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 mod account_cmd;
 mod apps;
+mod boot_cmd;
 mod demo;
 mod experiment;
 mod keys_cmd;
@@ -60,6 +61,10 @@ enum Cmd {
     /// PLAN programs: compile to SNAP, check, run on a node or the simulator.
     #[command(subcommand)]
     Plan(plan_cmd::PlanCmd),
+    /// The verified boot chain: make the signed metadata (keygen, sign) and
+    /// verify a node's chain layer by layer (verify).
+    #[command(subcommand)]
+    Boot(boot_cmd::BootCmd),
     /// Start or stop a testbed of nodes from a topology file.
     #[command(subcommand)]
     Testbed(testbed::TestbedCmd),
@@ -161,6 +166,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Cmd::Plan(c) => plan_cmd::run(c),
         Cmd::Account(a) => account_cmd::run(a),
         Cmd::Experiment(c) => experiment::run(c),
+        Cmd::Boot(c) => boot_cmd::run(c),
     }
 }
 

@@ -101,3 +101,62 @@ pub fn seeds() -> Vec<Vec<u8>> {
     seeds.push(d);
     seeds
 }
+
+/// Bytes as every administrative-domain message: ticket, ticket body,
+/// ticket-authenticated packet (opened by a domain node), perimeter
+/// attachment (checked by an interior node), and ticket request or reply
+/// (answered by a key distribution service). Must never panic.
+pub fn domain_message(data: &[u8]) {
+    use crate::domain::{DomainKey, DomainNode, Kdc, KdcConfig};
+    use crate::ticket::{AttachmentRepr, KdcMessage, TicketBody, TicketPacketRepr, TicketRepr};
+    let _ = TicketRepr::parse(data);
+    let _ = TicketBody::parse(data);
+    let _ = TicketPacketRepr::parse(data);
+    let _ = AttachmentRepr::parse(data);
+    if let Ok(m) = KdcMessage::parse(data) {
+        assert_eq!(KdcMessage::parse(&m.to_vec()), Ok(m), "a parsed message re-encodes to an equal one");
+    }
+    let op = Identity::from_seed(&[0xD1; 32]).public();
+    let user = Identity::from_seed(&[0xC3; 32]).public();
+    if let Ok(mut n) = DomainNode::new(DomainKey::new(op, &[7; 32]), 1, user, 0x0a00_0002) {
+        let _ = n.open_packet(data, 1_800_000_000);
+        let half = data.len() / 2;
+        let _ = n.accept_attached(Some(&data[..half]), &data[half..], 1_800_000_000);
+    }
+    if let Ok(mut k) = Kdc::new(DomainKey::new(op, &[7; 32]), KdcConfig::default(), 0) {
+        let _ = k.handle_request(user, data, 0, 1_800_000_000);
+    }
+}
+
+/// Seeds for `sec_domain`: a real ticket request, ticket reply, ticket
+/// packet (with and without its ticket) and perimeter attachment of the
+/// fuzzing domain.
+pub fn domain_seeds() -> Vec<Vec<u8>> {
+    use crate::domain::{DomainKey, DomainNode, Issued, TicketHolder};
+    use crate::ticket::KdcMessage;
+    let op = Identity::from_seed(&[0xD1; 32]);
+    let user = Identity::from_seed(&[0xC3; 32]).public();
+    let mut seeds = vec![KdcMessage::Request { lifetime_s: 60, credential: b"credential bytes" }.to_vec()];
+    let Ok(issuer) = anode_cred::Issuer::from_secret(&op.secret_seed()) else { return seeds };
+    let Ok(cred) = issuer.admin(anode_cred::PrincipalId(*user.as_bytes()), None) else { return seeds };
+    seeds.push(KdcMessage::Request { lifetime_s: 60, credential: cred.to_bytes() }.to_vec());
+    let Ok(mut kdc) = crate::domain::Kdc::new(DomainKey::new(op.public(), &[7; 32]), Default::default(), 0) else {
+        return seeds;
+    };
+    let Ok(i): Result<Issued, _> = kdc.issue(user, cred.to_bytes(), 60, 0, 1_800_000_000) else { return seeds };
+    seeds.push(KdcMessage::Reply { expires: i.expires, session_key: *i.session_key, ticket: &i.ticket }.to_vec());
+    seeds.push(i.ticket.clone());
+    if let Some(mut h) = TicketHolder::from_issued(&i) {
+        let first = h.seal(0x0a00_0002, b"payload");
+        seeds.push(first.clone());
+        seeds.push(h.seal(0x0a00_0002, b"second"));
+        if let Ok(mut border) = DomainNode::new(DomainKey::new(op.public(), &[7; 32]), 1, op.public(), 1)
+            && let Ok((a, att)) = border.admit(&first, &Default::default(), 1_800_000_000)
+        {
+            let mut v = att;
+            v.extend_from_slice(&a.payload);
+            seeds.push(v);
+        }
+    }
+    seeds
+}

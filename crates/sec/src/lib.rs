@@ -12,6 +12,9 @@
 //! - [`links`]: the sans-I/O security layer a node embeds: link keys with
 //!   every configured neighbour at boot (§4.6), rekeying, topology freeze,
 //!   handshake rate limits.
+//! - [`domain`], [`ticket`]: administrative domains (SANE §4.7): a key
+//!   distribution service issuing short-lived tickets, ticket-authenticated
+//!   packets, perimeter attachments checked and enforced in the interior.
 //! - [`fuzzing`]: entry points for the cargo-fuzz targets.
 //!
 //! The design and its threat model are in `docs/security.md`.
@@ -19,13 +22,16 @@
 #![warn(missing_docs)]
 
 pub mod cookie;
+pub mod domain;
 pub mod fuzzing;
 pub mod handshake;
 pub mod identity;
 pub mod links;
 pub mod replay;
 pub mod sa;
+pub mod ticket;
 
+pub use domain::{Accepted, DomainError, DomainKey, DomainNode, Kdc, KdcConfig, Revocation, TicketHolder};
 pub use identity::{Fingerprint, Identity, KeyError, PublicKey};
 pub use links::{HsReject, Links, LinksConfig, Opened, Output, PeerConfig, PeerKind, PeerStatus, RateLimit};
 pub use sa::{Lifetime, Mode, Reject, SealError};
