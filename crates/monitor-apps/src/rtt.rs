@@ -98,13 +98,16 @@ fn slot_of(k: &Key) -> usize {
 }
 
 impl Rtt {
-    /// An empty table; SYNs without an ACK are forgotten after `max_age_ns`.
+    /// An empty table; SYNs without an ACK are forgotten after `max_age_ns`
+    /// (0: [`DEFAULT_MAX_AGE_NS`], which keeps a static `Rtt` all-zero, so
+    /// that a wasm module's state lands in `.bss` rather than in its binary).
     pub const fn new(max_age_ns: u64) -> Rtt {
         Rtt { slots: [EMPTY; SLOTS], max_age_ns, sweep: 0, counters: RttCounters { syns: 0, samples: 0, retransmitted: 0, ambiguous: 0, evicted: 0, expired: 0, reset: 0 } }
     }
 
     fn live(&self, s: &Slot, now: u64) -> bool {
-        s.used && now.saturating_sub(s.ts) <= self.max_age_ns
+        let age = if self.max_age_ns == 0 { DEFAULT_MAX_AGE_NS } else { self.max_age_ns };
+        s.used && now.saturating_sub(s.ts) <= age
     }
 
     fn find(&self, k: &Key, now: u64) -> Option<usize> {
