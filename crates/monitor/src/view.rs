@@ -13,7 +13,10 @@
 //! packet (link layer dropped, written as `LINKTYPE_RAW`) with every byte of a
 //! field the policy does not grant zeroed, checksums and IP/TCP options always
 //! zeroed (a checksum would let a reader recover zeroed fields), anonymized
-//! addresses replaced, and the payload cut to the grant.
+//! addresses replaced, and the payload cut to the grant. Two structural
+//! fields are rewritten rather than zeroed so that Wireshark can read the
+//! result: without `ip.len` the IP length becomes the length exported; without
+//! `ip.proto` the transport header and payload are not exported at all.
 
 use anode_monitor_apps::abi::{Field, HEADER_LEN, ViewWriter};
 
@@ -160,7 +163,13 @@ impl ViewBuilder {
     /// appended to `out` as a `LINKTYPE_RAW` frame. Returns its wire length.
     pub fn sanitize(&self, p: &Packet<'_>, mut anon: Option<&mut Anonymizer>, out: &mut Vec<u8>) -> u32 {
         let start = out.len();
-        let end = p.payload_off.saturating_add(p.payload.len().min(self.payload)).min(p.frame.len());
+        // Without the protocol the transport header is opaque: it is not exported.
+        let end = if self.admin || self.fields & Field::Proto.bit() != 0 {
+            p.payload_off.saturating_add(p.payload.len().min(self.payload))
+        } else {
+            p.ip_off + p.ip_hdr_len
+        }
+        .min(p.frame.len());
         let Some(bytes) = p.frame.get(p.ip_off..end) else { return 0 };
         out.extend_from_slice(bytes);
         let Some(pkt) = out.get_mut(start..) else { return 0 };
@@ -176,7 +185,11 @@ impl ViewBuilder {
                 zero(pkt, 1..2);
             }
             if !g(Field::IpLen) {
-                zero(pkt, 2..4);
+                // The length of what is exported: readers need a total length.
+                let n = (pkt.len().min(usize::from(u16::MAX)) as u16).to_be_bytes();
+                if let Some(s) = pkt.get_mut(2..4) {
+                    s.copy_from_slice(&n);
+                }
             }
             if !g(Field::IpId) {
                 zero(pkt, 4..6);
@@ -209,7 +222,13 @@ impl ViewBuilder {
                 zero(pkt, 2..4);
             }
             if !g(Field::IpLen) {
-                zero(pkt, 4..6);
+                let n = (pkt.len().saturating_sub(40).min(usize::from(u16::MAX)) as u16).to_be_bytes();
+                if let Some(s) = pkt.get_mut(4..6) {
+                    s.copy_from_slice(&n);
+                }
+            }
+            if !g(Field::Proto) {
+                zero(pkt, 6..7);
             }
             if !g(Field::Ttl) {
                 zero(pkt, 7..8);
