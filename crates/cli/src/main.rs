@@ -18,6 +18,7 @@ mod apps;
 mod demo;
 mod keys_cmd;
 mod module_cmd;
+mod monitor_cmd;
 mod node_cmd;
 mod plan_cmd;
 mod testbed;
@@ -52,6 +53,9 @@ enum Cmd {
     /// Load a module into a running node over an authenticated control message.
     #[command(subcommand)]
     Module(module_cmd::ModuleCmd),
+    /// FLAME: untrusted monitoring modules on captures and live interfaces, under policy.
+    #[command(subcommand)]
+    Monitor(monitor_cmd::MonitorCmd),
     /// Node and user identities: generate and show Ed25519 keys.
     #[command(subcommand)]
     Keys(keys_cmd::KeysCmd),
@@ -151,6 +155,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Cmd::Testbed(c) => testbed::run(c),
         Cmd::Keys(c) => keys_cmd::run(c),
         Cmd::Module(c) => module_cmd::run(c),
+        Cmd::Monitor(c) => monitor_cmd::run(c),
         Cmd::Plan(c) => plan_cmd::run(c),
     }
 }

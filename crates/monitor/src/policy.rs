@@ -398,6 +398,15 @@ pub fn issue(issuer: &Issuer, principal: PrincipalId, spec: &MonitorSpec) -> Res
 /// # Errors
 /// [`PolicyError::Credential`] if the block cannot be built.
 pub fn attenuate(cred: &Credential, n: &Narrowing) -> Result<Credential, PolicyError> {
+    Ok(cred.attenuate_block(narrowing_block(n)?)?)
+}
+
+/// The block [`attenuate`] appends (for tools that append it to a token they
+/// have not verified).
+///
+/// # Errors
+/// [`PolicyError::Credential`] if the block cannot be built.
+pub fn narrowing_block(n: &Narrowing) -> Result<BlockBuilder, PolicyError> {
     let mut facts: Vec<Fact> = n.filter.iter().map(clause_set_fact).collect();
     if let Some(r) = &n.read {
         facts.push(fact("narrow_read", &[Term::Set(r.iter().map(|f| s(f.name())).collect())]));
@@ -432,7 +441,7 @@ pub fn attenuate(cred: &Credential, n: &Narrowing) -> Result<Credential, PolicyE
         p.insert("exp".to_string(), Term::from(t));
         b = b.code_with_params("check if time($t), $t < {exp};", p, std::collections::HashMap::new()).map_err(build)?;
     }
-    Ok(cred.attenuate_block(b)?)
+    Ok(b)
 }
 
 /// Verifies monitoring credentials and computes their policy.
