@@ -15,7 +15,9 @@ use std::time::{Duration, Instant, SystemTime};
 use anode_cred::{Issuer, PrincipalId, RootKey};
 use anode_monitor::apps::abi::{Field, Record};
 use anode_monitor::policy::{self, Clause, ExportRights, MonitorSpec, Narrowing, PAYLOAD_ALL, PolicyLimits, Prefix};
-use anode_monitor::{CaptureReader, CryptoPan, Frame, IpfixEncoder, LinkType, Monitor, MonitorConfig, Output, PcapSink};
+use anode_monitor::{
+    CaptureReader, CryptoPan, Frame, IpfixEncoder, LinkType, Monitor, MonitorConfig, Output, PcapSink,
+};
 use anyhow::{Context, Result, anyhow, bail};
 
 /// `anode monitor` subcommands.
@@ -227,10 +229,15 @@ fn load_anon_key(path: &Path) -> Result<CryptoPan> {
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?.permissions().mode();
         if mode & 0o077 != 0 {
-            bail!("{}: a Crypto-PAn key must not be readable by group or others (chmod 600 {})", path.display(), path.display());
+            bail!(
+                "{}: a Crypto-PAn key must not be readable by group or others (chmod 600 {})",
+                path.display(),
+                path.display()
+            );
         }
     }
-    let text = zeroize::Zeroizing::new(std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?);
+    let text =
+        zeroize::Zeroizing::new(std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?);
     CryptoPan::from_key_text(&text).with_context(|| path.display().to_string())
 }
 
@@ -355,10 +362,23 @@ fn credential(c: CredCmd) -> Result<ExitCode> {
             std::fs::write(&output, cred.to_bytes()).with_context(|| format!("writing {}", output.display()))?;
             println!("{}: {} bytes", output.display(), cred.to_bytes().len());
         }
-        CredCmd::Attenuate { credential, read, payload, anonymize, proto, net, port, budget, export, expires_in, output } => {
+        CredCmd::Attenuate {
+            credential,
+            read,
+            payload,
+            anonymize,
+            proto,
+            net,
+            port,
+            budget,
+            export,
+            expires_in,
+            output,
+        } => {
             let bytes = std::fs::read(&credential).with_context(|| format!("reading {}", credential.display()))?;
             // Attenuation needs no key: parse the token without verifying its root.
-            let token = biscuit_auth::UnverifiedBiscuit::from(&bytes).map_err(|e| anyhow!("{}: {e}", credential.display()))?;
+            let token =
+                biscuit_auth::UnverifiedBiscuit::from(&bytes).map_err(|e| anyhow!("{}: {e}", credential.display()))?;
             let n = Narrowing {
                 filter: clauses(&proto, &net, &port)?,
                 read: read.map(|r| fields(&r)).transpose()?,
@@ -385,7 +405,10 @@ fn credential(c: CredCmd) -> Result<ExitCode> {
             let a: Vec<String> = p.anonymize.iter().map(|x| x.to_string()).collect();
             println!("anonymize {}", if a.is_empty() { "none".to_string() } else { a.join(", ") });
             println!("filter    {:?}", p.filter.clauses);
-            println!("limits    budget {} fuel/packet, periodic {} fuel, memory {} bytes", p.limits.budget, p.limits.periodic, p.limits.memory);
+            println!(
+                "limits    budget {} fuel/packet, periodic {} fuel, memory {} bytes",
+                p.limits.budget, p.limits.periodic, p.limits.memory
+            );
             println!("export    records {}, packets {}", p.export.records, p.export.packets);
         }
     }
@@ -424,11 +447,15 @@ fn open_exports(specs: &[String]) -> Result<Vec<Export>> {
             "json" => Export::Json(file(arg)?),
             "ipfix" => Export::Ipfix(file(arg)?),
             "ipfix-udp" => {
-                let to: SocketAddr = arg.parse().with_context(|| format!("--export ipfix-udp:{arg}: expected HOST:PORT"))?;
+                let to: SocketAddr =
+                    arg.parse().with_context(|| format!("--export ipfix-udp:{arg}: expected HOST:PORT"))?;
                 let sock = UdpSocket::bind(if to.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" })?;
                 Export::IpfixUdp(sock, to)
             }
-            "pcap" => Export::Pcap(PcapSink::new(BufWriter::new(File::create(arg).with_context(|| format!("creating {arg}"))?), LinkType::Raw)?),
+            "pcap" => Export::Pcap(PcapSink::new(
+                BufWriter::new(File::create(arg).with_context(|| format!("creating {arg}"))?),
+                LinkType::Raw,
+            )?),
             other => bail!("--export {other}: json, ipfix, ipfix-udp or pcap"),
         });
     }
@@ -463,7 +490,9 @@ impl Exporter {
                         }
                     }
                 }
-                Output::Unloaded { module, name, reason } => eprintln!("anode: module {module} ({name}) unloaded: {reason}"),
+                Output::Unloaded { module, name, reason } => {
+                    eprintln!("anode: module {module} ({name}) unloaded: {reason}")
+                }
             }
         }
         Ok(())
@@ -543,7 +572,11 @@ impl Progress {
 
 fn run_monitor(a: RunArgs) -> Result<ExitCode> {
     if a.modules.len() != a.credentials.len() {
-        bail!("{} --module but {} --credential: give one credential per module, in order", a.modules.len(), a.credentials.len());
+        bail!(
+            "{} --module but {} --credential: give one credential per module, in order",
+            a.modules.len(),
+            a.credentials.len()
+        );
     }
     let key = a.anon_key.as_deref().map(load_anon_key).transpose()?;
     if let Some(k) = &key {
@@ -558,9 +591,15 @@ fn run_monitor(a: RunArgs) -> Result<ExitCode> {
         let id = m.load(SystemTime::now(), &name, &code, &c).with_context(|| format!("loading {}", path.display()))?;
         eprintln!("loaded {} as {id}", path.display());
     }
-    let mut ex = Exporter { sinks: open_exports(&a.exports)?, ipfix: IpfixEncoder::new(), pending: BTreeMap::new(), names: BTreeMap::new() };
+    let mut ex = Exporter {
+        sinks: open_exports(&a.exports)?,
+        ipfix: IpfixEncoder::new(),
+        pending: BTreeMap::new(),
+        names: BTreeMap::new(),
+    };
     let mut prog = Progress { quiet: a.quiet, start: Instant::now(), last: Instant::now(), last_frames: 0 };
-    let live = !Path::new(&a.source).exists() && a.source != "-" && Path::new("/sys/class/net").join(&a.source).exists();
+    let live =
+        !Path::new(&a.source).exists() && a.source != "-" && Path::new("/sys/class/net").join(&a.source).exists();
     if live {
         live_capture(&a, &mut m, &mut ex, &mut prog)?;
     } else {
@@ -576,7 +615,12 @@ fn replay(a: &RunArgs, m: &mut Monitor, ex: &mut Exporter, prog: &mut Progress) 
     let speed: Option<f64> = match a.speed.as_str() {
         "max" => None,
         "recorded" => Some(1.0),
-        s => Some(s.parse::<f64>().ok().filter(|x| *x > 0.0).ok_or_else(|| anyhow!("--speed {s:?}: max, recorded or a factor > 0"))?),
+        s => Some(
+            s.parse::<f64>()
+                .ok()
+                .filter(|x| *x > 0.0)
+                .ok_or_else(|| anyhow!("--speed {s:?}: max, recorded or a factor > 0"))?,
+        ),
     };
     let tick = a.tick_ms.max(1) * 1_000_000;
     let mut out = Vec::new();
@@ -594,7 +638,8 @@ fn replay(a: &RunArgs, m: &mut Monitor, ex: &mut Exporter, prog: &mut Progress) 
         } else {
             Box::new(File::open(&a.source).with_context(|| format!("opening {}", a.source))?)
         };
-        let mut r = CaptureReader::new(std::io::BufReader::with_capacity(1 << 20, src)).with_context(|| a.source.clone())?;
+        let mut r =
+            CaptureReader::new(std::io::BufReader::with_capacity(1 << 20, src)).with_context(|| a.source.clone())?;
         let mut span_end = 0;
         while let Some(f) = r.next_frame().with_context(|| format!("{} after {frames} frames", a.source))? {
             let ts = f.ts_ns + offset;
@@ -640,8 +685,11 @@ fn now_ns() -> u64 {
 }
 
 fn live_capture(a: &RunArgs, m: &mut Monitor, ex: &mut Exporter, prog: &mut Progress) -> Result<()> {
-    use nix::sys::socket::{AddressFamily, LinkAddr, SockFlag, SockProtocol, SockType, recvfrom, setsockopt, socket, sockopt};
-    let ifindex = nix::net::if_::if_nametoindex(a.source.as_str()).with_context(|| format!("interface {}", a.source))?;
+    use nix::sys::socket::{
+        AddressFamily, LinkAddr, SockFlag, SockProtocol, SockType, recvfrom, setsockopt, socket, sockopt,
+    };
+    let ifindex =
+        nix::net::if_::if_nametoindex(a.source.as_str()).with_context(|| format!("interface {}", a.source))?;
     let fd = socket(AddressFamily::Packet, SockType::Raw, SockFlag::SOCK_CLOEXEC, SockProtocol::EthAll)
         .context("opening an AF_PACKET socket (needs root or CAP_NET_RAW)")?;
     setsockopt(&fd, sockopt::ReceiveTimeout, &nix::sys::time::TimeVal::new(0, 100_000))?;
@@ -660,7 +708,13 @@ fn live_capture(a: &RunArgs, m: &mut Monitor, ex: &mut Exporter, prog: &mut Prog
         }
         match recvfrom::<LinkAddr>(fd.as_raw_fd(), &mut buf) {
             Ok((n, Some(addr))) if addr.ifindex() == ifindex as usize => {
-                let f = Frame { ts_ns: now_ns(), wire_len: n as u32, iface: 0, link: LinkType::Ethernet, data: &buf[..n.min(buf.len())] };
+                let f = Frame {
+                    ts_ns: now_ns(),
+                    wire_len: n as u32,
+                    iface: 0,
+                    link: LinkType::Ethernet,
+                    data: &buf[..n.min(buf.len())],
+                };
                 m.handle_frame(&f, &mut out);
                 frames += 1;
             }
@@ -687,7 +741,12 @@ fn live_capture(a: &RunArgs, m: &mut Monitor, ex: &mut Exporter, prog: &mut Prog
 fn summary(m: &Monitor) {
     let c = m.counters();
     let skipped: Vec<String> = c.skipped.iter().map(|(k, v)| format!("{k} {v}")).collect();
-    eprintln!("frames {}  ip packets {}  skipped: {}", c.frames, c.packets, if skipped.is_empty() { "none".into() } else { skipped.join(", ") });
+    eprintln!(
+        "frames {}  ip packets {}  skipped: {}",
+        c.frames,
+        c.packets,
+        if skipped.is_empty() { "none".into() } else { skipped.join(", ") }
+    );
     if let Some((h, miss)) = m.anonymizer_stats() {
         eprintln!("Crypto-PAn cache: {h} hits, {miss} misses");
     }
@@ -748,7 +807,9 @@ fn anonymize(a: AnonArgs) -> Result<ExitCode> {
     }
     let Some(input) = a.pcap else { bail!("give --pcap FILE -o OUT or --addresses FILE") };
     let Some(output) = a.output else { bail!("--pcap needs -o OUT") };
-    let mut r = CaptureReader::new(std::io::BufReader::new(File::open(&input).with_context(|| format!("opening {}", input.display()))?))?;
+    let mut r = CaptureReader::new(std::io::BufReader::new(
+        File::open(&input).with_context(|| format!("opening {}", input.display()))?,
+    ))?;
     let mut sink: Option<PcapSink<BufWriter<File>>> = None;
     let (mut n, mut rewritten) = (0u64, 0u64);
     let mut buf = Vec::new();
@@ -763,7 +824,9 @@ fn anonymize(a: AnonArgs) -> Result<ExitCode> {
         if let Ok(p) = anode_monitor::parse::parse(&f) {
             let (ip, al) = (p.ip_off, p.addr_len());
             let (so, dof) = if p.version == 4 { (12, 16) } else { (8, 24) };
-            if let (Some(sa), Some(_)) = (buf.get(ip + so..ip + so + al).map(|x| x.to_vec()), buf.get(ip + dof..ip + dof + al)) {
+            if let (Some(sa), Some(_)) =
+                (buf.get(ip + so..ip + so + al).map(|x| x.to_vec()), buf.get(ip + dof..ip + dof + al))
+            {
                 let mut s2 = sa;
                 anon.bytes(&mut s2);
                 buf[ip + so..ip + so + al].copy_from_slice(&s2);
@@ -799,7 +862,11 @@ fn anonymize(a: AnonArgs) -> Result<ExitCode> {
     if let Some(s) = sink {
         s.into_inner().flush()?;
     }
-    eprintln!("{n} frames, {rewritten} with addresses rewritten (key id {}) -> {}", anon.key_id_hex(), output.display());
+    eprintln!(
+        "{n} frames, {rewritten} with addresses rewritten (key id {}) -> {}",
+        anon.key_id_hex(),
+        output.display()
+    );
     Ok(ExitCode::SUCCESS)
 }
 

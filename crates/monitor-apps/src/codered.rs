@@ -142,7 +142,10 @@ impl Default for CodeRed {
 impl CodeRed {
     /// An empty flow table.
     pub const fn new() -> CodeRed {
-        CodeRed { flows: [EMPTY; FLOWS], counters: CodeRedCounters { flows: 0, detections: 0, evicted: 0, beyond_window: 0 } }
+        CodeRed {
+            flows: [EMPTY; FLOWS],
+            counters: CodeRedCounters { flows: 0, detections: 0, evicted: 0, beyond_window: 0 },
+        }
     }
 
     fn slot(&mut self, k: &Key, now: u64, create: bool) -> Option<usize> {

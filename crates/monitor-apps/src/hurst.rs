@@ -70,7 +70,13 @@ impl Default for Pyramid {
 impl Pyramid {
     /// An empty pyramid.
     pub const fn new() -> Pyramid {
-        Pyramid { pending: [0.0; OCTAVES + 1], has: [false; OCTAVES + 1], sum: [0.0; OCTAVES + 1], n: [0; OCTAVES + 1], samples: 0 }
+        Pyramid {
+            pending: [0.0; OCTAVES + 1],
+            has: [false; OCTAVES + 1],
+            sum: [0.0; OCTAVES + 1],
+            n: [0; OCTAVES + 1],
+            samples: 0,
+        }
     }
 
     /// Pushes one sample of the series.

@@ -102,7 +102,20 @@ impl Rtt {
     /// (0: [`DEFAULT_MAX_AGE_NS`], which keeps a static `Rtt` all-zero, so
     /// that a wasm module's state lands in `.bss` rather than in its binary).
     pub const fn new(max_age_ns: u64) -> Rtt {
-        Rtt { slots: [EMPTY; SLOTS], max_age_ns, sweep: 0, counters: RttCounters { syns: 0, samples: 0, retransmitted: 0, ambiguous: 0, evicted: 0, expired: 0, reset: 0 } }
+        Rtt {
+            slots: [EMPTY; SLOTS],
+            max_age_ns,
+            sweep: 0,
+            counters: RttCounters {
+                syns: 0,
+                samples: 0,
+                retransmitted: 0,
+                ambiguous: 0,
+                evicted: 0,
+                expired: 0,
+                reset: 0,
+            },
+        }
     }
 
     fn live(&self, s: &Slot, now: u64) -> bool {
@@ -112,7 +125,9 @@ impl Rtt {
 
     fn find(&self, k: &Key, now: u64) -> Option<usize> {
         let base = slot_of(k);
-        (0..PROBE).map(|i| (base + i) & (SLOTS - 1)).find(|&i| self.live(&self.slots[i], now) && self.slots[i].key == *k)
+        (0..PROBE)
+            .map(|i| (base + i) & (SLOTS - 1))
+            .find(|&i| self.live(&self.slots[i], now) && self.slots[i].key == *k)
     }
 
     fn syn(&mut self, k: Key, now: u64) {
@@ -167,7 +182,9 @@ impl App for Rtt {
             self.counters.samples += 1;
             let mut r = RecordBuilder::new(RTT_RECORD);
             r.uint(Element::Ts, now).addresses(v);
-            r.uint(Element::Sport, u64::from(sport)).uint(Element::Dport, u64::from(dport)).uint(Element::RttNs, now - s.ts);
+            r.uint(Element::Sport, u64::from(sport))
+                .uint(Element::Dport, u64::from(dport))
+                .uint(Element::RttNs, now - s.ts);
             sink.record(r.as_bytes());
         }
     }

@@ -97,7 +97,10 @@ impl App for Trajectory {
             sink.record(r.as_bytes());
         }
         let mut r = RecordBuilder::new(PACKET_RECORD);
-        r.uint(Element::Ts, v.ts()).uint(Element::FlowId, g).uint(Element::Digest, h).uint(Element::Len, v.get(Field::IpLen));
+        r.uint(Element::Ts, v.ts())
+            .uint(Element::FlowId, g)
+            .uint(Element::Digest, h)
+            .uint(Element::Len, v.get(Field::IpLen));
         sink.record(r.as_bytes());
         sink.sample();
     }

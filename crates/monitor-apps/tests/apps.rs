@@ -142,7 +142,14 @@ fn code_red_is_found_across_segments_in_any_order() {
         // Segments at the cut points, delivered in reverse order.
         let mut segs = Vec::new();
         let mut start = 0;
-        let mut points: Vec<usize> = cuts.iter().scan(0, |a, c| { *a += c; Some(*a) }).filter(|&p| p < req.len()).collect();
+        let mut points: Vec<usize> = cuts
+            .iter()
+            .scan(0, |a, c| {
+                *a += c;
+                Some(*a)
+            })
+            .filter(|&p| p < req.len())
+            .collect();
         points.push(req.len());
         for p in points {
             segs.push((start, &req[start..p]));
@@ -178,7 +185,11 @@ fn code_red_missing_segment_means_no_detection() {
     let req = worm_request(b'N');
     let c = run(
         &mut CodeRed::new(),
-        &[tcp(0, true, 0, tcp_flags::SYN, b""), tcp(1, true, 1, tcp_flags::ACK, &req[..10]), tcp(2, true, 21, tcp_flags::ACK, &req[20..])],
+        &[
+            tcp(0, true, 0, tcp_flags::SYN, b""),
+            tcp(1, true, 1, tcp_flags::ACK, &req[..10]),
+            tcp(2, true, 21, tcp_flags::ACK, &req[20..]),
+        ],
     );
     assert!(c.records.is_empty());
 }

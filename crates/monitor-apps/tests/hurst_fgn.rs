@@ -53,7 +53,9 @@ fn hurst_estimates_on_exact_fgn_for_h_from_0_5_to_0_9() {
     let j1 = 1;
     let mut rng = rand::rngs::StdRng::seed_from_u64(2000);
     let mut csv = String::from("h_true,runs,n,j1,h_mean,h_sd,bias,rmse\n");
-    println!("H true | mean estimate | sd     | bias    | RMSE   ({runs} series of {n} samples, octaves from j1 = {j1})");
+    println!(
+        "H true | mean estimate | sd     | bias    | RMSE   ({runs} series of {n} samples, octaves from j1 = {j1})"
+    );
     for h in [0.5, 0.6, 0.7, 0.8, 0.9] {
         let est: Vec<f64> = (0..runs)
             .map(|_| {

@@ -261,7 +261,9 @@ impl<R: Read> CaptureReader<R> {
                 match PcapNgParser::new(&buf[..end]) {
                     Ok((rem, p)) => break (end - rem.len(), Parser::Ng { p, ifaces: Vec::new() }, Format::PcapNg, 0),
                     Err(PcapError::IncompleteBuffer) if eof => return Err(CaptureError::Truncated(end)),
-                    Err(PcapError::IncompleteBuffer) if end + READ_CHUNK > buf.len() => return Err(CaptureError::TooLarge),
+                    Err(PcapError::IncompleteBuffer) if end + READ_CHUNK > buf.len() => {
+                        return Err(CaptureError::TooLarge);
+                    }
                     Err(PcapError::IncompleteBuffer) => {
                         let n = read_some(&mut src, &mut buf[end..end + READ_CHUNK])?;
                         eof = n == 0;
@@ -270,7 +272,10 @@ impl<R: Read> CaptureReader<R> {
                     Err(e) => return Err(CaptureError::Header(e.to_string())),
                 }
             },
-            [0xa1, 0xb2, 0xc3, 0xd4] | [0xd4, 0xc3, 0xb2, 0xa1] | [0xa1, 0xb2, 0x3c, 0x4d] | [0x4d, 0x3c, 0xb2, 0xa1] => {
+            [0xa1, 0xb2, 0xc3, 0xd4]
+            | [0xd4, 0xc3, 0xb2, 0xa1]
+            | [0xa1, 0xb2, 0x3c, 0x4d]
+            | [0x4d, 0x3c, 0xb2, 0xa1] => {
                 let (rem, p) = PcapParser::new(&buf[..end]).map_err(|e| match e {
                     PcapError::IncompleteBuffer => CaptureError::Truncated(end),
                     e => CaptureError::Header(e.to_string()),
@@ -331,9 +336,11 @@ impl<R: Read> CaptureReader<R> {
                         return Ok(Step::Skip { consumed, bad: true, unknown_iface: false });
                     }
                     let frac = u64::from(raw.ts_frac);
-                    let ts_ns = u64::from(raw.ts_sec)
-                        .saturating_mul(1_000_000_000)
-                        .saturating_add(if *nanos { frac } else { frac.saturating_mul(1000) });
+                    let ts_ns = u64::from(raw.ts_sec).saturating_mul(1_000_000_000).saturating_add(if *nanos {
+                        frac
+                    } else {
+                        frac.saturating_mul(1000)
+                    });
                     let at = offset_in(src, data).ok_or_else(|| CaptureError::Malformed("record data".into()))?;
                     Ok(Step::Frame {
                         consumed,

@@ -92,7 +92,8 @@ impl CryptoPan {
         }
         let mut key = Zeroizing::new([0u8; 32]);
         for (i, k) in key.iter_mut().enumerate() {
-            *k = u8::from_str_radix(hex.get(2 * i..2 * i + 2).ok_or(KeyError::Format)?, 16).map_err(|_| KeyError::Format)?;
+            *k = u8::from_str_radix(hex.get(2 * i..2 * i + 2).ok_or(KeyError::Format)?, 16)
+                .map_err(|_| KeyError::Format)?;
         }
         Ok(CryptoPan::new(&key))
     }

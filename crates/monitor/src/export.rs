@@ -252,7 +252,10 @@ mod tests {
     #[test]
     fn json_line_renders_addresses_numbers_and_floats() {
         let mut b = RecordBuilder::new(5);
-        b.uint(Element::Ts, 5).float(Element::Hurst, 0.75).bytes(Element::Src4, &[1, 2, 3, 4]).uint(Element::Variant, u64::from(b'N'));
+        b.uint(Element::Ts, 5)
+            .float(Element::Hurst, 0.75)
+            .bytes(Element::Src4, &[1, 2, 3, 4])
+            .uint(Element::Variant, u64::from(b'N'));
         let bytes = b.as_bytes().to_vec();
         let r = Record::parse(&bytes).unwrap_or_else(|e| panic!("{e:?}"));
         let line = json_line("hurst\"x", 2, &r);

@@ -50,6 +50,8 @@ pub use anode_monitor_apps as apps;
 pub use capture::{CaptureError, CaptureReader, Frame, LinkType, PcapSink};
 pub use cryptopan::{Anonymizer, CryptoPan};
 pub use export::{IpfixEncoder, json_line};
-pub use monitor::{Monitor, MonitorConfig, MonitorLoadError, ModuleCounters, ModuleId, ModuleInfo, Output};
+pub use monitor::{ModuleCounters, ModuleId, ModuleInfo, Monitor, MonitorConfig, MonitorLoadError, Output};
 pub use parse::{Packet, Skip};
-pub use policy::{Clause, ExportRights, MonitorSpec, Narrowing, Policy, PolicyError, PolicyLimits, PolicyVerifier, Prefix};
+pub use policy::{
+    Clause, ExportRights, MonitorSpec, Narrowing, Policy, PolicyError, PolicyLimits, PolicyVerifier, Prefix,
+};

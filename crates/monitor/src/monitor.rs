@@ -397,12 +397,24 @@ impl Monitor {
     ///
     /// # Errors
     /// See [`MonitorLoadError`]; nothing is loaded and no other module is affected.
-    pub fn load(&mut self, now: SystemTime, name: &str, code: &[u8], credential: &[u8]) -> Result<ModuleId, MonitorLoadError> {
+    pub fn load(
+        &mut self,
+        now: SystemTime,
+        name: &str,
+        code: &[u8],
+        credential: &[u8],
+    ) -> Result<ModuleId, MonitorLoadError> {
         let r = self.load_inner(now, name, code, credential);
         self.refused(r, name)
     }
 
-    fn load_inner(&mut self, now: SystemTime, name: &str, code: &[u8], credential: &[u8]) -> Result<ModuleId, MonitorLoadError> {
+    fn load_inner(
+        &mut self,
+        now: SystemTime,
+        name: &str,
+        code: &[u8],
+        credential: &[u8],
+    ) -> Result<ModuleId, MonitorLoadError> {
         let policy = self.authorize(now, credential)?;
         let view = ViewBuilder::new(&policy, self.cfg.max_view_payload);
         let cap = align8(view.record_cap());
@@ -512,11 +524,21 @@ impl Monitor {
     /// The node's tap: a verified datagram as the node received it (UDP from
     /// `src` to `dst`, the payload after the security layer), monitored as
     /// an IP/UDP packet on interface `iface`.
-    pub fn handle_udp(&mut self, ts_ns: u64, iface: u16, src: SocketAddr, dst: SocketAddr, payload: &[u8], out: &mut Vec<Output>) {
+    pub fn handle_udp(
+        &mut self,
+        ts_ns: u64,
+        iface: u16,
+        src: SocketAddr,
+        dst: SocketAddr,
+        payload: &[u8],
+        out: &mut Vec<Output>,
+    ) {
         let mut buf = std::mem::take(&mut self.udp_buf);
         buf.clear();
         let b = match (src.ip(), dst.ip()) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => etherparse::PacketBuilder::ipv4(s.octets(), d.octets(), 64).udp(src.port(), dst.port()),
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                etherparse::PacketBuilder::ipv4(s.octets(), d.octets(), 64).udp(src.port(), dst.port())
+            }
             (s, d) => {
                 let v6 = |a: IpAddr| match a {
                     IpAddr::V4(v) => v.to_ipv6_mapped().octets(),
@@ -610,7 +632,13 @@ fn emit_records(s: &mut Slot, records: Vec<Vec<u8>>, out: &mut Vec<Output>) {
     }
 }
 
-fn native_packet(s: &mut Slot, p: &Packet<'_>, anon: Option<&mut Anonymizer>, cfg: &MonitorConfig, out: &mut Vec<Output>) {
+fn native_packet(
+    s: &mut Slot,
+    p: &Packet<'_>,
+    anon: Option<&mut Anonymizer>,
+    cfg: &MonitorConfig,
+    out: &mut Vec<Output>,
+) {
     let cap = s.view.record_cap();
     if s.buf.len() < cap {
         s.buf.resize(cap, 0);
@@ -621,8 +649,13 @@ fn native_packet(s: &mut Slot, p: &Packet<'_>, anon: Option<&mut Anonymizer>, cf
     let Runner::Native(app) = &mut s.runner else { return };
     let mut records = Vec::new();
     s.counters.calls += 1;
-    let mut sink =
-        NativeSink { slot_export: s.policy.export, max: cfg.records_per_call, records: &mut records, sampled: false, counters: &mut s.counters };
+    let mut sink = NativeSink {
+        slot_export: s.policy.export,
+        max: cfg.records_per_call,
+        records: &mut records,
+        sampled: false,
+        counters: &mut s.counters,
+    };
     app.packet(&v, &mut sink);
     let sampled = sink.sampled;
     emit_records(s, records, out);

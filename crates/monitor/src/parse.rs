@@ -138,7 +138,9 @@ fn stop_reason(e: &SliceError, layer: Layer) -> Skip {
     match e {
         SliceError::Len(_) => match layer {
             Layer::TcpHeader | Layer::UdpHeader | Layer::Icmpv4 | Layer::Icmpv6 => Skip::L4Truncated,
-            Layer::Ethernet2Header | Layer::VlanHeader | Layer::LinuxSllHeader | Layer::MacsecHeader => Skip::LinkTruncated,
+            Layer::Ethernet2Header | Layer::VlanHeader | Layer::LinuxSllHeader | Layer::MacsecHeader => {
+                Skip::LinkTruncated
+            }
             _ => Skip::IpTruncated,
         },
         SliceError::LinuxSll(_) | SliceError::Macsec(_) => Skip::LinkHeader,
@@ -173,7 +175,10 @@ fn slice<'a>(f: &Frame<'a>) -> Result<LaxSlicedPacket<'a>, Skip> {
         }
         LinkType::Null => {
             let fam = d.get(0..4).ok_or(Skip::LinkTruncated)?;
-            let (le, be) = (u32::from_le_bytes([fam[0], fam[1], fam[2], fam[3]]), u32::from_be_bytes([fam[0], fam[1], fam[2], fam[3]]));
+            let (le, be) = (
+                u32::from_le_bytes([fam[0], fam[1], fam[2], fam[3]]),
+                u32::from_be_bytes([fam[0], fam[1], fam[2], fam[3]]),
+            );
             let af = if le < 256 { le } else { be };
             let rest = d.get(4..).ok_or(Skip::LinkTruncated)?;
             match af {
@@ -365,8 +370,12 @@ mod tests {
 
     #[test]
     fn raw_ipv6_udp() {
-        let b = etherparse::PacketBuilder::ipv6([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2], 9)
-            .udp(53, 5353);
+        let b = etherparse::PacketBuilder::ipv6(
+            [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+            [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+            9,
+        )
+        .udp(53, 5353);
         let mut d = Vec::new();
         b.write(&mut d, b"q").unwrap_or_default();
         let p = parse(&frame(&d, LinkType::Raw)).unwrap_or_else(|e| panic!("{e:?}"));

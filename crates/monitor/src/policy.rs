@@ -121,7 +121,12 @@ impl std::fmt::Display for Prefix {
         if self.v6 {
             write!(f, "{}/{}", std::net::Ipv6Addr::from(self.addr), self.len)
         } else {
-            write!(f, "{}/{}", std::net::Ipv4Addr::new(self.addr[0], self.addr[1], self.addr[2], self.addr[3]), self.len)
+            write!(
+                f,
+                "{}/{}",
+                std::net::Ipv4Addr::new(self.addr[0], self.addr[1], self.addr[2], self.addr[3]),
+                self.len
+            )
         }
     }
 }
@@ -543,7 +548,9 @@ impl PolicyVerifier {
         // Filter: one clause per kind present in the authority block.
         let protos: Vec<(i64,)> = a.query("q($p) <- filter_proto($p)").map_err(run_err)?;
         if !protos.is_empty() {
-            p.filter.clauses.push(Clause::Proto(protos.iter().map(|(v,)| small(*v, "protocol")).collect::<Result<_, _>>()?));
+            p.filter
+                .clauses
+                .push(Clause::Proto(protos.iter().map(|(v,)| small(*v, "protocol")).collect::<Result<_, _>>()?));
         }
         for kind in ["net", "src", "dst"] {
             let v: Vec<(String,)> = a.query(format!("q($p) <- filter_{kind}($p)").as_str()).map_err(run_err)?;

@@ -270,9 +270,8 @@ impl Runtime {
             return Err(LoadError::MissingExport("mon_packet or mon_batch"));
         }
         let _ = store.set_fuel(init_fuel);
-        let ptr = init
-            .call(&mut store, (region as i32, max_batch as i32))
-            .map_err(|e| LoadError::Init(format!("{e:#}")))?;
+        let ptr =
+            init.call(&mut store, (region as i32, max_batch as i32)).map_err(|e| LoadError::Init(format!("{e:#}")))?;
         let ptr = u32::try_from(ptr).map_err(|_| LoadError::Init(format!("refused (returned {ptr})")))?;
         if (ptr as usize).saturating_add(region as usize) > memory.data_size(&store) {
             return Err(LoadError::Init(format!("region {ptr}+{region} outside the module's memory")));

@@ -37,7 +37,8 @@ pub struct ViewBuilder {
 impl ViewBuilder {
     /// Compiles `policy`. `max_payload` caps the payload copied (the record buffer size).
     pub fn new(policy: &Policy, max_payload: usize) -> ViewBuilder {
-        let payload = if policy.payload == PAYLOAD_ALL { max_payload } else { (policy.payload as usize).min(max_payload) };
+        let payload =
+            if policy.payload == PAYLOAD_ALL { max_payload } else { (policy.payload as usize).min(max_payload) };
         ViewBuilder {
             filter: policy.filter.clone(),
             fields: policy.fields,

@@ -8,7 +8,9 @@ use std::io::Cursor;
 use anode_monitor::capture::{CaptureError, CaptureReader, Format, LinkType, MAX_FRAME, PcapSink};
 use common::*;
 
-fn frames_of(bytes: &[u8]) -> (Vec<(u64, u32, Vec<u8>)>, Result<(), CaptureError>, anode_monitor::capture::CaptureCounters) {
+fn frames_of(
+    bytes: &[u8],
+) -> (Vec<(u64, u32, Vec<u8>)>, Result<(), CaptureError>, anode_monitor::capture::CaptureCounters) {
     let mut r = CaptureReader::new(Cursor::new(bytes)).unwrap();
     let mut v = Vec::new();
     let res = loop {
@@ -22,7 +24,14 @@ fn frames_of(bytes: &[u8]) -> (Vec<(u64, u32, Vec<u8>)>, Result<(), CaptureError
 }
 
 fn sample_frames() -> Vec<(u64, Vec<u8>)> {
-    (0..50u32).map(|i| (1_700_000_000_000_000_000 + u64::from(i) * 1_000_000, tcp4([10, 0, 0, 1], [10, 0, 0, 2], 1000, 80, i, "A", &vec![i as u8; i as usize * 7]))).collect()
+    (0..50u32)
+        .map(|i| {
+            (
+                1_700_000_000_000_000_000 + u64::from(i) * 1_000_000,
+                tcp4([10, 0, 0, 1], [10, 0, 0, 2], 1000, 80, i, "A", &vec![i as u8; i as usize * 7]),
+            )
+        })
+        .collect()
 }
 
 #[test]
@@ -60,7 +69,10 @@ fn truncated_files_deliver_what_precedes_the_cut() {
             }
         }
     }
-    assert!(matches!(CaptureReader::new(Cursor::new(b"hello world, not a capture at all")), Err(CaptureError::NotACapture(_))));
+    assert!(matches!(
+        CaptureReader::new(Cursor::new(b"hello world, not a capture at all")),
+        Err(CaptureError::NotACapture(_))
+    ));
     assert!(matches!(CaptureReader::new(Cursor::new(b"")), Err(CaptureError::Truncated(0))));
 }
 

@@ -56,7 +56,8 @@ fn narrowing_narrows_every_dimension() {
     assert_eq!(p.filter.clauses, vec![Clause::Port(vec![80])]);
     assert_eq!(p.anonymize, vec![Prefix::ALL_V4]);
     // A second narrowing intersects with the first.
-    let c2 = policy::attenuate(&c, &Narrowing { read: Some(vec![Field::Dport, Field::Src]), ..Narrowing::default() }).unwrap();
+    let c2 = policy::attenuate(&c, &Narrowing { read: Some(vec![Field::Dport, Field::Src]), ..Narrowing::default() })
+        .unwrap();
     assert_eq!(verifier().authorize(now(), c2.to_bytes()).unwrap().fields, Field::Dport.bit());
     // Expired after its own expiry.
     let later = now() + Duration::from_secs(120);
@@ -128,7 +129,11 @@ fn malformed_policy_facts_are_refused() {
         "right(\"monitor\"); filter_port(70000);",
         "right(\"monitor\"); limit(\"cpu\", 5);",
     ] {
-        let code = if code.contains("principal") { code.to_string() } else { format!("principal(\"{}\"); {code}", user().to_hex()) };
+        let code = if code.contains("principal") {
+            code.to_string()
+        } else {
+            format!("principal(\"{}\"); {code}", user().to_hex())
+        };
         let b = biscuit_auth::Biscuit::builder().code(&code).unwrap();
         let c = root.issue_builder(b).unwrap();
         assert!(verifier().authorize(now(), c.to_bytes()).is_err(), "{code}");

@@ -72,7 +72,13 @@ fn key_files_round_trip_and_bad_ones_are_refused() {
     let a = CryptoPan::from_key_text(&text).unwrap();
     assert_eq!(a.anonymize_v4(0x01020304), CryptoPan::new(&[9; 32]).anonymize_v4(0x01020304));
     assert_eq!(a.key_id_hex().len(), 16);
-    for bad in ["", "anode-cryptopan-v1", "anode-cryptopan-v1 abcd", "other 0000", &format!("anode-cryptopan-v1 {}", "zz".repeat(32))] {
+    for bad in [
+        "",
+        "anode-cryptopan-v1",
+        "anode-cryptopan-v1 abcd",
+        "other 0000",
+        &format!("anode-cryptopan-v1 {}", "zz".repeat(32)),
+    ] {
         assert!(CryptoPan::from_key_text(bad).is_err(), "{bad:?}");
     }
 }

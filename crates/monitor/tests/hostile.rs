@@ -129,7 +129,9 @@ fn exports_without_the_right_are_refused_and_counted() {
     let mut m = monitor(MonitorConfig::default());
     let h = m.load(now(), "hostile", &module("mon-hostile"), &cred(&hostile_spec(ExportRights::default()))).unwrap();
     // Trajectory sampling samples packets, but may export neither records nor packets.
-    let t = m.load(now(), "traj", &module("mon-trajectory"), &cred(&spec(&all_fields(), 0, ExportRights::default()))).unwrap();
+    let t = m
+        .load(now(), "traj", &module("mon-trajectory"), &cred(&spec(&all_fields(), 0, ExportRights::default())))
+        .unwrap();
     let mut out = Vec::new();
     for i in 0..400u32 {
         let f = tcp4(SRC, DST, 40000, 80, i * 100, "A", b"E");
@@ -182,27 +184,48 @@ fn refused_binaries() {
         Err(MonitorLoadError::Module(LoadError::ForbiddenImport(_)))
     ));
     assert!(matches!(
-        load(&mut m, r#"(module (memory (export "memory") 1) (func (export "mon_packet") (param i32) (result i32) (i32.const 0)))"#),
+        load(
+            &mut m,
+            r#"(module (memory (export "memory") 1) (func (export "mon_packet") (param i32) (result i32) (i32.const 0)))"#
+        ),
         Err(MonitorLoadError::Module(LoadError::MissingExport("mon_init")))
     ));
     assert!(matches!(
-        load(&mut m, r#"(module (memory (export "memory") 1) (func (export "mon_init") (param i32 i32) (result i32) (i32.const -1)) (func (export "mon_packet") (param i32) (result i32) (i32.const 0)))"#),
+        load(
+            &mut m,
+            r#"(module (memory (export "memory") 1) (func (export "mon_init") (param i32 i32) (result i32) (i32.const -1)) (func (export "mon_packet") (param i32) (result i32) (i32.const 0)))"#
+        ),
         Err(MonitorLoadError::Module(LoadError::Init(_)))
     ));
     assert!(matches!(
-        load(&mut m, r#"(module (memory (export "memory") 1) (func (export "mon_init") (param i32 i32) (result i32) (i32.const 65000)) (func (export "mon_packet") (param i32) (result i32) (i32.const 0)))"#),
+        load(
+            &mut m,
+            r#"(module (memory (export "memory") 1) (func (export "mon_init") (param i32 i32) (result i32) (i32.const 65000)) (func (export "mon_packet") (param i32) (result i32) (i32.const 0)))"#
+        ),
         Err(MonitorLoadError::Module(LoadError::Init(_)))
     ));
     assert!(matches!(
-        load(&mut m, r#"(module (memory (export "memory") 1) (func (export "mon_init") (param i32 i32) (result i32) (loop $l (br $l)) (i32.const 0)) (func (export "mon_packet") (param i32) (result i32) (i32.const 0)))"#),
+        load(
+            &mut m,
+            r#"(module (memory (export "memory") 1) (func (export "mon_init") (param i32 i32) (result i32) (loop $l (br $l)) (i32.const 0)) (func (export "mon_packet") (param i32) (result i32) (i32.const 0)))"#
+        ),
         Err(MonitorLoadError::Module(LoadError::Init(_)))
     ));
     assert!(matches!(
-        load(&mut m, r#"(module (memory (export "memory") 2000) (func (export "mon_init") (param i32 i32) (result i32) (i32.const 0)) (func (export "mon_packet") (param i32) (result i32) (i32.const 0)))"#),
+        load(
+            &mut m,
+            r#"(module (memory (export "memory") 2000) (func (export "mon_init") (param i32 i32) (result i32) (i32.const 0)) (func (export "mon_packet") (param i32) (result i32) (i32.const 0)))"#
+        ),
         Err(MonitorLoadError::Module(LoadError::MemoryLimit(_)))
     ));
-    assert!(matches!(m.load(now(), "x", b"\0asm\x01\0\0\0garbage", &c), Err(MonitorLoadError::Module(LoadError::Malformed(_)))));
-    assert!(matches!(m.load(now(), "x", &vec![0; 2 << 20], &c), Err(MonitorLoadError::Module(LoadError::TooLarge { .. }))));
+    assert!(matches!(
+        m.load(now(), "x", b"\0asm\x01\0\0\0garbage", &c),
+        Err(MonitorLoadError::Module(LoadError::Malformed(_)))
+    ));
+    assert!(matches!(
+        m.load(now(), "x", &vec![0; 2 << 20], &c),
+        Err(MonitorLoadError::Module(LoadError::TooLarge { .. }))
+    ));
     // An anonymizing credential on a monitor without a key.
     let mut bare = anode_monitor::Monitor::new(issuer().public_key(), MonitorConfig::default(), None).unwrap();
     let mut s = spec(&[Field::Src], 0, records());

@@ -118,7 +118,18 @@ fn rtt_matches_tsharks_ack_rtt_on_a_real_capture() {
         .args(["-r"])
         .arg(&t)
         .args(["-o", "tcp.relative_sequence_numbers:FALSE", "-T", "fields", "-E", "separator=,"])
-        .args(["-e", "tcp.stream", "-e", "tcp.srcport", "-e", "tcp.flags", "-e", "tcp.analysis.ack_rtt", "-e", "tcp.analysis.retransmission"])
+        .args([
+            "-e",
+            "tcp.stream",
+            "-e",
+            "tcp.srcport",
+            "-e",
+            "tcp.flags",
+            "-e",
+            "tcp.analysis.ack_rtt",
+            "-e",
+            "tcp.analysis.retransmission",
+        ])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
@@ -128,7 +139,11 @@ fn rtt_matches_tsharks_ack_rtt_on_a_real_capture() {
     let mut retrans: BTreeSet<u64> = BTreeSet::new();
     for line in text.lines() {
         let f: Vec<&str> = line.split(',').collect();
-        let (stream, port, flags) = (f[0].parse::<u64>().unwrap(), f[1].parse::<u64>().unwrap(), u16::from_str_radix(f[2].trim_start_matches("0x"), 16).unwrap());
+        let (stream, port, flags) = (
+            f[0].parse::<u64>().unwrap(),
+            f[1].parse::<u64>().unwrap(),
+            u16::from_str_radix(f[2].trim_start_matches("0x"), 16).unwrap(),
+        );
         if !f[4].is_empty() {
             retrans.insert(stream);
         }
@@ -249,8 +264,30 @@ fn ipfix_export_decodes_in_tsharks_dissector() {
     let o = Command::new("tshark")
         .arg("-r")
         .arg(&p)
-        .args(["-d", "udp.port==4739,cflow", "-T", "fields", "-E", "separator=;", "-E", "occurrence=a", "-E", "aggregator=,"])
-        .args(["-e", "cflow.version", "-e", "cflow.od_id", "-e", "cflow.srcport", "-e", "cflow.srcaddr", "-e", "_ws.expert.message"])
+        .args([
+            "-d",
+            "udp.port==4739,cflow",
+            "-T",
+            "fields",
+            "-E",
+            "separator=;",
+            "-E",
+            "occurrence=a",
+            "-E",
+            "aggregator=,",
+        ])
+        .args([
+            "-e",
+            "cflow.version",
+            "-e",
+            "cflow.od_id",
+            "-e",
+            "cflow.srcport",
+            "-e",
+            "cflow.srcaddr",
+            "-e",
+            "_ws.expert.message",
+        ])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
@@ -276,7 +313,11 @@ fn sampled_packets_are_a_readable_pcap_with_policy_applied() {
     use anode_monitor::apps::abi::Field;
     // IP id and ports keep the sampling hash varied; sequence numbers, flags,
     // window, TTL and length are withheld.
-    let mut s = spec(&[Field::Ts, Field::Src, Field::Dst, Field::Proto, Field::IpId, Field::Sport, Field::Dport], 4, everything());
+    let mut s = spec(
+        &[Field::Ts, Field::Src, Field::Dst, Field::Proto, Field::IpId, Field::Sport, Field::Dport],
+        4,
+        everything(),
+    );
     s.anonymize = vec![anode_monitor::Prefix::ALL_V4];
     m.load(now(), "t", &module("mon-trajectory"), &cred(&s)).unwrap();
     let out = replay(&mut m, &trace("rtt-client-side.pcap"));
@@ -297,7 +338,11 @@ fn sampled_packets_are_a_readable_pcap_with_policy_applied() {
     while let Some(f) = r.next_frame().unwrap() {
         let p = anode_monitor::parse::parse(&f).unwrap();
         assert_ne!(&p.src[..2], &[10, 77], "address in clear");
-        assert!(matches!(p.l4, anode_monitor::parse::L4::Tcp { seq: 0, ack: 0, flags: 0, window: 0, sport, dport } if sport != 0 && dport != 0), "{:?}", p.l4);
+        assert!(
+            matches!(p.l4, anode_monitor::parse::L4::Tcp { seq: 0, ack: 0, flags: 0, window: 0, sport, dport } if sport != 0 && dport != 0),
+            "{:?}",
+            p.l4
+        );
         assert!(p.payload.len() <= 4);
         assert_eq!(p.ttl, 0);
         frames += 1;

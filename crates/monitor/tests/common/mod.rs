@@ -66,7 +66,8 @@ pub fn modules_dir() -> PathBuf {
 
 pub fn module(name: &str) -> Vec<u8> {
     let p = modules_dir().join(format!("{name}.wasm"));
-    std::fs::read(&p).unwrap_or_else(|e| panic!("cannot read module {}: {e}. Build the modules first: scripts/setup", p.display()))
+    std::fs::read(&p)
+        .unwrap_or_else(|e| panic!("cannot read module {}: {e}. Build the modules first: scripts/setup", p.display()))
 }
 
 pub fn traces_dir() -> PathBuf {
