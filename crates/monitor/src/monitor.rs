@@ -26,7 +26,7 @@ use crate::capture::{Frame, LinkType};
 use crate::cryptopan::{Anonymizer, CryptoPan};
 use crate::parse::{Packet, parse};
 use crate::policy::{Policy, PolicyError, PolicyVerifier};
-use crate::runtime::{CallError, LoadError, Runtime, WasmModule};
+use crate::runtime::{CallError, LoadError, LoadParams, Runtime, WasmModule};
 use crate::view::ViewBuilder;
 
 /// A loaded module.
@@ -420,16 +420,16 @@ impl Monitor {
         let cap = align8(view.record_cap());
         let region = cap.max(self.cfg.batch as usize * cap.min(4096));
         let region = u32::try_from(region).unwrap_or(u32::MAX);
-        let wasm = self.runtime.load(
-            code,
-            self.cfg.max_module,
-            policy.limits.memory,
-            policy.export,
-            policy.limits.periodic,
+        let params = LoadParams {
+            max_module: self.cfg.max_module,
+            memory: policy.limits.memory,
+            export: policy.export,
+            init_fuel: policy.limits.periodic,
             region,
-            self.cfg.batch,
-            self.cfg.records_per_call,
-        )?;
+            max_batch: self.cfg.batch,
+            max_records: self.cfg.records_per_call,
+        };
+        let wasm = self.runtime.load(code, &params)?;
         let batch = if wasm.has_batch() { self.cfg.batch } else { 1 };
         Ok(self.add(name, policy, view, Runner::Wasm(Box::new(wasm)), batch))
     }
@@ -496,7 +496,7 @@ impl Monitor {
                         _ => false,
                     };
                     if full && s.n > 0 {
-                        run_batch(s, self.anonymizer.as_mut(), cfg, out);
+                        run_batch(s, self.anonymizer.as_mut(), out);
                     }
                     let anon = self.anonymizer.as_mut();
                     let Runner::Wasm(w) = &mut s.runner else { continue };
@@ -509,7 +509,7 @@ impl Monitor {
                         store_frame(s, &p);
                     }
                     if s.n >= s.batch {
-                        run_batch(s, self.anonymizer.as_mut(), cfg, out);
+                        run_batch(s, self.anonymizer.as_mut(), out);
                     }
                 }
                 Runner::Gone => {}
@@ -559,7 +559,7 @@ impl Monitor {
         let cfg = &self.cfg;
         for s in &mut self.slots {
             if s.n > 0 && s.unloaded.is_none() {
-                run_batch(s, self.anonymizer.as_mut(), cfg, out);
+                run_batch(s, self.anonymizer.as_mut(), out);
                 if let Some(reason) = check_unload(s, cfg) {
                     self.counters.unloads += 1;
                     out.push(Output::Unloaded { module: s.id, name: s.name.clone(), reason });
@@ -585,7 +585,7 @@ impl Monitor {
                     if let Some((used, r)) = w.tick(now_ns, fuel) {
                         s.counters.fuel += used;
                         let o = w.take_out();
-                        finish_call(s, r, o, 0, out, cfg);
+                        finish_call(s, r, o, out);
                     }
                 }
                 Runner::Native(app) => {
@@ -667,7 +667,7 @@ fn native_packet(
     }
 }
 
-fn run_batch(s: &mut Slot, mut anon: Option<&mut Anonymizer>, cfg: &MonitorConfig, out: &mut Vec<Output>) {
+fn run_batch(s: &mut Slot, mut anon: Option<&mut Anonymizer>, out: &mut Vec<Output>) {
     let n = s.n;
     let fuel = s.policy.limits.budget.saturating_mul(u64::from(n));
     let Runner::Wasm(w) = &mut s.runner else { return };
@@ -688,19 +688,12 @@ fn run_batch(s: &mut Slot, mut anon: Option<&mut Anonymizer>, cfg: &MonitorConfi
     }
     let lost = if r.is_err() { u64::from(n) } else { 0 };
     s.counters.packets_lost += lost;
-    finish_call(s, r, o, 0, out, cfg);
+    finish_call(s, r, o, out);
     s.used = 0;
     s.n = 0;
 }
 
-fn finish_call(
-    s: &mut Slot,
-    r: Result<(), CallError>,
-    o: crate::runtime::CallOut,
-    _n: u32,
-    out: &mut Vec<Output>,
-    _cfg: &MonitorConfig,
-) {
+fn finish_call(s: &mut Slot, r: Result<(), CallError>, o: crate::runtime::CallOut, out: &mut Vec<Output>) {
     s.counters.records_denied += u64::from(o.denied_records);
     s.counters.samples_denied += u64::from(o.denied_samples);
     s.counters.malformed += u64::from(o.malformed);

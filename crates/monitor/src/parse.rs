@@ -198,7 +198,7 @@ pub fn parse<'a>(f: &Frame<'a>) -> Result<Packet<'a>, Skip> {
         Some(n) => n,
         None => {
             return Err(match &s.stop_err {
-                Some((e, layer)) => stop_reason(e, layer.clone()),
+                Some((e, layer)) => stop_reason(e, *layer),
                 None => Skip::NotIp,
             });
         }
@@ -209,7 +209,7 @@ pub fn parse<'a>(f: &Frame<'a>) -> Result<Packet<'a>, Skip> {
         && s.transport.is_none()
         && matches!(layer, Layer::TcpHeader | Layer::UdpHeader)
     {
-        return Err(stop_reason(e, layer.clone()));
+        return Err(stop_reason(e, *layer));
     }
     let mut p = Packet {
         ts_ns: f.ts_ns,

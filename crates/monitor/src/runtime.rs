@@ -144,6 +144,25 @@ pub(crate) struct Host {
     pub out: CallOut,
 }
 
+/// What a load needs besides the code.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LoadParams {
+    /// Largest binary.
+    pub max_module: usize,
+    /// Memory cap, bytes.
+    pub memory: u64,
+    /// Export rights.
+    pub export: ExportRights,
+    /// Fuel for the start function and `mon_init`.
+    pub init_fuel: u64,
+    /// View region, bytes.
+    pub region: u32,
+    /// Most packets per call.
+    pub max_batch: u32,
+    /// Records (and samples) per call.
+    pub max_records: usize,
+}
+
 /// A shared engine and linker for monitoring modules.
 #[derive(Clone)]
 pub struct Runtime {
@@ -223,19 +242,9 @@ impl Runtime {
         Ok(Runtime { engine, linker: Arc::new(linker) })
     }
 
-    /// Checks, compiles and instantiates a module with a view region of
-    /// `region` bytes for batches of up to `max_batch` packets.
-    pub(crate) fn load(
-        &self,
-        code: &[u8],
-        max_module: usize,
-        memory: u64,
-        export: ExportRights,
-        init_fuel: u64,
-        region: u32,
-        max_batch: u32,
-        max_records: usize,
-    ) -> Result<WasmModule, LoadError> {
+    /// Checks, compiles and instantiates a module.
+    pub(crate) fn load(&self, code: &[u8], p: &LoadParams) -> Result<WasmModule, LoadError> {
+        let LoadParams { max_module, memory, export, init_fuel, region, max_batch, max_records } = *p;
         if code.len() > max_module {
             return Err(LoadError::TooLarge { size: code.len(), max: max_module });
         }
