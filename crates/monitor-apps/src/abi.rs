@@ -232,6 +232,7 @@ impl<'a> View<'a> {
 #[derive(Debug)]
 pub struct ViewWriter<'a> {
     b: &'a mut [u8],
+    mask: u32,
 }
 
 impl<'a> ViewWriter<'a> {
@@ -239,7 +240,7 @@ impl<'a> ViewWriter<'a> {
     pub fn new(b: &'a mut [u8]) -> Option<ViewWriter<'a>> {
         let h = b.get_mut(..HEADER_LEN)?;
         h.fill(0);
-        Some(ViewWriter { b })
+        Some(ViewWriter { b, mask: 0 })
     }
     /// Sets field `f` to `bytes` (truncated or zero-extended to its length) and marks it present.
     pub fn set_bytes(&mut self, f: Field, bytes: &[u8]) {
@@ -248,23 +249,17 @@ impl<'a> ViewWriter<'a> {
             let n = bytes.len().min(dst.len());
             dst[..n].copy_from_slice(&bytes[..n]);
         }
-        self.mark(f);
+        self.mask |= f.bit();
     }
     /// Sets an integer field (little-endian, truncated to its length) and marks it present.
     pub fn set(&mut self, f: Field, v: u64) {
         let le = v.to_le_bytes();
         let o = f.offset();
-        if let Some(dst) = self.b.get_mut(o..o + f.len()) {
-            let n = dst.len().min(8);
-            dst[..n].copy_from_slice(&le[..n]);
+        let n = f.len().min(8);
+        if let (Some(dst), Some(src)) = (self.b.get_mut(o..o + n), le.get(..n)) {
+            dst.copy_from_slice(src);
         }
-        self.mark(f);
-    }
-    fn mark(&mut self, f: Field) {
-        if let Some(p) = self.b.get_mut(4..8) {
-            let m = u32::from_le_bytes([p[0], p[1], p[2], p[3]]) | f.bit();
-            p.copy_from_slice(&m.to_le_bytes());
-        }
+        self.mask |= f.bit();
     }
     /// Copies up to `max` payload bytes and finishes the record; returns its
     /// length (header + payload), or `None` if the buffer cannot hold the header.
@@ -275,6 +270,7 @@ impl<'a> ViewWriter<'a> {
         let total = HEADER_LEN + n;
         self.b.get_mut(PAYLOAD_LEN_OFF..PAYLOAD_LEN_OFF + 4)?.copy_from_slice(&(n as u32).to_le_bytes());
         self.b.get_mut(0..4)?.copy_from_slice(&(total as u32).to_le_bytes());
+        self.b.get_mut(4..8)?.copy_from_slice(&self.mask.to_le_bytes());
         Some(total)
     }
 }

@@ -2,15 +2,17 @@
 //!
 //! Not cryptographic: trajectory sampling needs a hash that every monitor
 //! computes identically and whose output is close to uniform on real
-//! header bytes. Words are folded with a 64×64→128-bit multiply and the
-//! result goes through MurmurHash3's 64-bit finalizer.
+//! header bytes. Words are folded with 64-bit multiplies and xor-shifts
+//! (no 128-bit multiply: wasm32 has none, and emulating it costs more than
+//! the rest of a packet's work) and the result goes through MurmurHash3's
+//! 64-bit finalizer.
 
 const K0: u64 = 0x9E37_79B9_7F4A_7C15;
 const K1: u64 = 0xBF58_476D_1CE4_E5B9;
 
 fn mix(a: u64, b: u64) -> u64 {
-    let p = u128::from(a) * u128::from(b);
-    (p as u64) ^ ((p >> 64) as u64)
+    let x = a.wrapping_mul(b | 1);
+    x ^ (x >> 29)
 }
 
 /// MurmurHash3's 64-bit finalizer.

@@ -209,6 +209,7 @@ struct Slot {
     view: ViewBuilder,
     runner: Runner,
     batch: u32,
+    region: usize,
     used: usize,
     n: u32,
     stored: Vec<Stored>,
@@ -381,6 +382,7 @@ impl Monitor {
             view,
             runner,
             batch: batch.max(1),
+            region: 0,
             used: 0,
             n: 0,
             stored: Vec::new(),
@@ -431,7 +433,11 @@ impl Monitor {
         };
         let wasm = self.runtime.load(code, &params)?;
         let batch = if wasm.has_batch() { self.cfg.batch } else { 1 };
-        Ok(self.add(name, policy, view, Runner::Wasm(Box::new(wasm)), batch))
+        let id = self.add(name, policy, view, Runner::Wasm(Box::new(wasm)), batch);
+        if let Some(s) = self.slots.last_mut() {
+            s.region = region as usize;
+        }
+        Ok(id)
     }
 
     /// Runs a native (unsandboxed) application under a credential's policy:
@@ -491,11 +497,7 @@ impl Monitor {
                 Runner::Native(_) => native_packet(s, &p, anon, cfg, out),
                 Runner::Wasm(_) => {
                     let cap = align8(s.view.record_cap());
-                    let full = match &mut s.runner {
-                        Runner::Wasm(w) => w.region_mut().is_none_or(|r| s.used + cap > r.len()),
-                        _ => false,
-                    };
-                    if full && s.n > 0 {
+                    if s.n > 0 && s.used + cap > s.region {
                         run_batch(s, self.anonymizer.as_mut(), out);
                     }
                     let anon = self.anonymizer.as_mut();
