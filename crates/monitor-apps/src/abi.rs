@@ -28,7 +28,7 @@
 //!
 //! A module exports results as records: `u8 schema` (the module's own record
 //! kind, 1..=255), then items `u8 element, value`, each value the fixed
-//! length [`Element::len`] gives. The host checks every record against the
+//! length [`Element::size`] gives. The host checks every record against the
 //! element table ([`Record::parse`]) and turns it into a JSON line, an IPFIX
 //! data record (one template per distinct schema and element list), or both.
 
@@ -90,8 +90,8 @@ macro_rules! define_fields {
             pub const fn offset(self) -> usize {
                 match self { $(Field::$v => $off,)* }
             }
-            /// Its length in bytes.
-            pub const fn len(self) -> usize {
+            /// Its size in bytes.
+            pub const fn size(self) -> usize {
                 match self { $(Field::$v => $len,)* }
             }
             /// Its presence bit.
@@ -166,12 +166,12 @@ impl<'a> View<'a> {
     }
     /// A field's raw bytes (zero when absent).
     pub fn raw(&self, f: Field) -> &'a [u8] {
-        self.b.get(f.offset()..f.offset() + f.len()).unwrap_or(&[])
+        self.b.get(f.offset()..f.offset() + f.size()).unwrap_or(&[])
     }
     /// A field as an unsigned integer (fields of 1, 2, 4 or 8 bytes; 0 for addresses).
     pub fn get(&self, f: Field) -> u64 {
         let o = f.offset();
-        match f.len() {
+        match f.size() {
             1 => u64::from(self.bytes::<1>(o)[0]),
             2 => u64::from(u16::from_le_bytes(self.bytes(o))),
             4 => u64::from(u32::from_le_bytes(self.bytes(o))),
@@ -245,7 +245,7 @@ impl<'a> ViewWriter<'a> {
     /// Sets field `f` to `bytes` (truncated or zero-extended to its length) and marks it present.
     pub fn set_bytes(&mut self, f: Field, bytes: &[u8]) {
         let o = f.offset();
-        if let Some(dst) = self.b.get_mut(o..o + f.len()) {
+        if let Some(dst) = self.b.get_mut(o..o + f.size()) {
             let n = bytes.len().min(dst.len());
             dst[..n].copy_from_slice(&bytes[..n]);
         }
@@ -255,7 +255,7 @@ impl<'a> ViewWriter<'a> {
     pub fn set(&mut self, f: Field, v: u64) {
         let le = v.to_le_bytes();
         let o = f.offset();
-        let n = f.len().min(8);
+        let n = f.size().min(8);
         if let (Some(dst), Some(src)) = (self.b.get_mut(o..o + n), le.get(..n)) {
             dst.copy_from_slice(src);
         }
@@ -342,8 +342,8 @@ macro_rules! define_elements {
             pub const fn json_key(self) -> &'static str {
                 match self { $(Element::$v => $json,)* }
             }
-            /// Its value length in bytes.
-            pub const fn len(self) -> usize {
+            /// Its value's size in bytes.
+            pub const fn size(self) -> usize {
                 match self { $(Element::$v => $len,)* }
             }
             /// How to render it.
@@ -377,7 +377,7 @@ impl RecordBuilder {
     }
     /// Appends element `e` with big-endian `value` bytes (zero-padded or cut to its length).
     pub fn bytes(&mut self, e: Element, value: &[u8]) -> &mut Self {
-        let n = e.len();
+        let n = e.size();
         match self.buf.get_mut(self.len..self.len + 1 + n) {
             Some(dst) => {
                 dst[0] = e as u8;
@@ -454,11 +454,11 @@ impl<'a> Record<'a> {
         let mut i = 1;
         while i < b.len() {
             let e = Element::from_id(b[i]).ok_or(RecordError::UnknownElement(b[i]))?;
-            let v = b.get(i + 1..i + 1 + e.len()).ok_or(RecordError::Truncated)?;
+            let v = b.get(i + 1..i + 1 + e.size()).ok_or(RecordError::Truncated)?;
             let slot = items.get_mut(n).ok_or(RecordError::TooManyItems)?;
             *slot = (Some(e), v);
             n += 1;
-            i += 1 + e.len();
+            i += 1 + e.size();
         }
         Ok(Record { schema, items, n })
     }
@@ -482,6 +482,7 @@ pub fn be_uint(v: &[u8]) -> u64 {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -489,8 +490,8 @@ mod tests {
     fn fields_tile_the_header_without_overlap() {
         let mut used = [false; HEADER_LEN];
         for f in Field::ALL {
-            assert!(f.offset() >= 8 && f.offset() + f.len() <= PAYLOAD_LEN_OFF, "{f:?}");
-            for b in &mut used[f.offset()..f.offset() + f.len()] {
+            assert!(f.offset() >= 8 && f.offset() + f.size() <= PAYLOAD_LEN_OFF, "{f:?}");
+            for b in &mut used[f.offset()..f.offset() + f.size()] {
                 assert!(!*b, "{f:?} overlaps");
                 *b = true;
             }

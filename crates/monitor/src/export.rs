@@ -143,7 +143,7 @@ impl IpfixEncoder {
                 let schema = r.schema;
                 let elems: Vec<Element> = r.items().map(|(e, _)| e).collect();
                 let key = (domain, schema, elems.clone());
-                let mut need = 4 + r.items().map(|(e, _)| e.len()).sum::<usize>();
+                let mut need = 4 + r.items().map(|(e, _)| e.size()).sum::<usize>();
                 let known = self.templates.get(&key).copied();
                 if known.is_none() {
                     need += 8 + elems.len() * 8;
@@ -165,7 +165,7 @@ impl IpfixEncoder {
                             let (pen, ie) = e.ipfix();
                             let ie = if pen != 0 { ie | 0x8000 } else { ie };
                             out.extend_from_slice(&ie.to_be_bytes());
-                            out.extend_from_slice(&(e.len() as u16).to_be_bytes());
+                            out.extend_from_slice(&(e.size() as u16).to_be_bytes());
                             if pen != 0 {
                                 out.extend_from_slice(&pen.to_be_bytes());
                             }
@@ -181,7 +181,7 @@ impl IpfixEncoder {
                     if r.schema != schema || !same_elems(r, &elems) {
                         break;
                     }
-                    let len: usize = r.items().map(|(e, _)| e.len()).sum();
+                    let len: usize = r.items().map(|(e, _)| e.size()).sum();
                     if out.len() - start + len > MAX_MESSAGE {
                         break;
                     }

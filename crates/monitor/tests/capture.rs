@@ -8,9 +8,10 @@ use std::io::Cursor;
 use anode_monitor::capture::{CaptureError, CaptureReader, Format, LinkType, MAX_FRAME, PcapSink};
 use common::*;
 
-fn frames_of(
-    bytes: &[u8],
-) -> (Vec<(u64, u32, Vec<u8>)>, Result<(), CaptureError>, anode_monitor::capture::CaptureCounters) {
+/// Frames (time, wire length, bytes), how reading ended, and the counters.
+type Read = (Vec<(u64, u32, Vec<u8>)>, Result<(), CaptureError>, anode_monitor::capture::CaptureCounters);
+
+fn frames_of(bytes: &[u8]) -> Read {
     let mut r = CaptureReader::new(Cursor::new(bytes)).unwrap();
     let mut v = Vec::new();
     let res = loop {

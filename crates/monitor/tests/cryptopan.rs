@@ -56,7 +56,7 @@ fn prefix_preserving_and_one_to_one() {
     let pan = CryptoPan::new(&[7; 32]);
     let mut seen = std::collections::HashSet::new();
     for i in 0..2000u32 {
-        let a = 0x0a00_0000 | i * 7919 % 65536;
+        let a = 0x0a00_0000 | ((i * 7919) % 65536);
         let b = a ^ (1 << (i % 16));
         let (x, y) = (pan.anonymize_v4(a), pan.anonymize_v4(b));
         let shared = (a ^ b).leading_zeros();

@@ -31,7 +31,6 @@ fn replay(m: &mut Monitor, bytes: &[u8]) -> Vec<Output> {
             next_tick = f.ts_ns + 1_000_000_000;
         }
         last = f.ts_ns;
-        let f = f;
         m.handle_frame(&f, &mut out);
         if f.ts_ns >= next_tick {
             m.periodic(f.ts_ns, &mut out);
