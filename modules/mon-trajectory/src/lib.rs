@@ -10,7 +10,8 @@ const RATE_PPM: u32 = 100_000;
 const SEED: u64 = 0x5a4d;
 
 // A constant initialiser that is all zero bytes lands in .bss, not in the binary.
-static APP: Global<anode_monitor_apps::trajectory::Trajectory> = Global::new(anode_monitor_apps::trajectory::Trajectory::new(RATE_PPM, SEED));
+static APP: Global<anode_monitor_apps::trajectory::Trajectory> =
+    Global::new(anode_monitor_apps::trajectory::Trajectory::new(RATE_PPM, SEED));
 
 /// Records and samples go to the monitor; `index` names the packet in the call.
 struct Host(u32);
