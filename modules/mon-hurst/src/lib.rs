@@ -9,7 +9,7 @@ const BIN_NS: u64 = 1_000_000;
 /// First octave of the fit.
 const J1: usize = 2;
 
-// A constant initialiser that is all zero bytes lands in .bss, not in the binary.
+// The state is a static with a constant initialiser (small enough to sit in the binary's data).
 static APP: Global<anode_monitor_apps::hurst::Hurst> = Global::new(anode_monitor_apps::hurst::Hurst::new(BIN_NS, J1));
 
 /// Records and samples go to the monitor; `index` names the packet in the call.

@@ -9,7 +9,7 @@ const RATE_PPM: u32 = 100_000;
 /// Hash seed (the same on every monitor).
 const SEED: u64 = 0x5a4d;
 
-// A constant initialiser that is all zero bytes lands in .bss, not in the binary.
+// The state is a static with a constant initialiser (small enough to sit in the binary's data).
 static APP: Global<anode_monitor_apps::trajectory::Trajectory> =
     Global::new(anode_monitor_apps::trajectory::Trajectory::new(RATE_PPM, SEED));
 
