@@ -14,6 +14,9 @@
 //! and lengths of live Rust slices.
 #![no_std]
 
+/// Monitoring modules (FLAME): the `mon` interface and entry points.
+pub mod monitor;
+
 /// Raw host imports. Prefer the safe wrappers.
 pub mod sys {
     #[link(wasm_import_module = "anode")]

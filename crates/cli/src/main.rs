@@ -21,6 +21,7 @@ mod demo;
 mod experiment;
 mod keys_cmd;
 mod module_cmd;
+mod monitor_cmd;
 mod node_cmd;
 mod plan_cmd;
 mod testbed;
@@ -55,6 +56,9 @@ enum Cmd {
     /// Load a module into a running node over an authenticated control message.
     #[command(subcommand)]
     Module(module_cmd::ModuleCmd),
+    /// FLAME: untrusted monitoring modules on captures and live interfaces, under policy.
+    #[command(subcommand)]
+    Monitor(monitor_cmd::MonitorCmd),
     /// Node and user identities: generate and show Ed25519 keys.
     #[command(subcommand)]
     Keys(keys_cmd::KeysCmd),
@@ -163,6 +167,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Cmd::Testbed(c) => testbed::run(c),
         Cmd::Keys(c) => keys_cmd::run(c),
         Cmd::Module(c) => module_cmd::run(c),
+        Cmd::Monitor(c) => monitor_cmd::run(c),
         Cmd::Plan(c) => plan_cmd::run(c),
         Cmd::Account(a) => account_cmd::run(a),
         Cmd::Experiment(c) => experiment::run(c),

@@ -237,6 +237,20 @@ impl Credential {
         Ok(Credential { token, bytes })
     }
 
+    /// The verified token, for authorizers of other credential vocabularies
+    /// (the monitor's policy facts live in `anode-monitor`).
+    pub fn token(&self) -> &Biscuit {
+        &self.token
+    }
+
+    /// Appends a block built by the caller (e.g. with parameters). As with
+    /// [`Credential::attenuate`], the node trusts only its checks.
+    pub fn attenuate_block(&self, block: BlockBuilder) -> Result<Credential, CredError> {
+        let token = self.token.append(block).map_err(build_err)?;
+        let bytes = token.to_vec().map_err(build_err)?;
+        Ok(Credential { token, bytes })
+    }
+
     /// Appends a raw Datalog block (for tests and tools). Facts in it are ignored
     /// by the node; only its checks have effect.
     pub fn attenuate_datalog(&self, code: &str) -> Result<Credential, CredError> {
@@ -265,6 +279,14 @@ impl Issuer {
     /// The administrator's public key, which nodes verify credentials against.
     pub fn public_key(&self) -> PublicKey {
         self.key.public()
+    }
+
+    /// A credential whose authority block the caller built (another
+    /// vocabulary, such as the monitor's policy facts), signed with this key.
+    pub fn issue_builder(&self, builder: biscuit_auth::BiscuitBuilder) -> Result<Credential, CredError> {
+        let token = builder.build(&self.key).map_err(build_err)?;
+        let bytes = token.to_vec().map_err(build_err)?;
+        Ok(Credential { token, bytes })
     }
 
     /// An administrative credential ("master key"): any module, every interface.
