@@ -82,7 +82,7 @@ pub(crate) enum Obj {
 #[derive(Debug)]
 pub(crate) enum HostOp {
     ChannelOpened { module: ModuleId, handle: i32, port: u16, prefix: Vec<u8> },
-    ChannelClosed { handle: i32 },
+    ChannelClosed { module: ModuleId, handle: i32 },
     AlarmSet { module: ModuleId, handle: i32, deadline: u64 },
 }
 
@@ -432,7 +432,7 @@ fn define_net(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
         match d.handles.get(module, h) {
             Some(Obj::Channel { .. }) => {
                 d.handles.remove(module, h);
-                d.ops.push(HostOp::ChannelClosed { handle: h });
+                d.ops.push(HostOp::ChannelClosed { module: ModuleId(module), handle: h });
                 0
             }
             _ => E_NOTFOUND,

@@ -37,8 +37,8 @@ pub use anode_cred::{self as cred, PrincipalId};
 pub use cache::{CacheStats, Import};
 pub use host::HostLimits;
 pub use sandbox::{
-    CapsuleError, CapsuleOutcome, CpuBound, Invocation, InvokeError, LoadError, LoadSpec, ModuleCounters, ModuleInfo,
-    ModuleKind, Sandbox, SandboxConfig, SandboxCounters, SetupError,
+    CapsuleError, CapsuleOutcome, CpuBound, DEFAULT_YIELD_FUEL, Invocation, InvokeError, Job, JobKind, LoadError,
+    LoadSpec, ModuleCounters, ModuleInfo, ModuleKind, Sandbox, SandboxConfig, SandboxCounters, SetupError, Step, Task,
 };
 
 /// Most entries one module may register.

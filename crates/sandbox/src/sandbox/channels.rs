@@ -16,7 +16,7 @@ impl Sandbox {
             .collect();
         let mut n = 0;
         for (module, handle) in targets {
-            let Some(entry) = self.object_entry(module, handle) else { continue };
+            let Ok(Some(entry)) = self.object_entry(module, handle) else { continue };
             self.counters.channel_deliveries += 1;
             let _ = self.call(now, module, &entry, handle, payload, u32::from(source), None, out);
             n += 1;
@@ -35,15 +35,33 @@ impl Sandbox {
         self.channels.iter().any(|c| c.port == port && payload.starts_with(&c.prefix))
     }
 
-    pub(super) fn object_entry(&self, module: ModuleId, handle: i32) -> Option<String> {
-        let m = self.modules.get(&module)?;
-        let t = self.tenants.get(&m.principal)?;
+    /// The entry of `module`'s channel or alarm `handle`; `Ok(None)` if the
+    /// handle is gone.
+    pub(super) fn object_entry(&self, module: ModuleId, handle: i32) -> Result<Option<String>, InvokeError> {
+        let m = self.modules.get(&module).ok_or(InvokeError::NoSuchModule)?;
+        let t = self.tenants.get(&m.principal).ok_or(InvokeError::NoSuchModule)?;
         let s = match m.kind {
             ModuleKind::Module => t.modules.as_ref(),
             ModuleKind::Capsule => t.capsules.as_ref(),
-        }?;
-        match s.store.data().handles.get(module.0, handle)? {
-            Obj::Channel { entry, .. } | Obj::Alarm { entry, .. } => Some(entry.clone()),
         }
+        .ok_or(InvokeError::NoSuchModule)?;
+        let store = s.store.as_ref().ok_or(InvokeError::Busy)?;
+        Ok(store.data().handles.get(module.0, handle).map(|o| match o {
+            Obj::Channel { entry, .. } | Obj::Alarm { entry, .. } => entry.clone(),
+        }))
+    }
+
+    /// Jobs for a packet for `port` from `source`: one per channel whose
+    /// demultiplexing specification (port, payload prefix) matches. The
+    /// node queues them on the pools of the modules' principals.
+    pub fn channel_jobs(&self, source: Ipv4Addr, port: u16, payload: &[u8], jobs: &mut Vec<Job>) -> usize {
+        let before = jobs.len();
+        jobs.extend(self.channels.iter().filter(|c| c.port == port && payload.starts_with(&c.prefix)).map(|c| Job {
+            module: c.module,
+            kind: JobKind::Channel { handle: c.handle },
+            input: payload.to_vec(),
+            source: u32::from(source),
+        }));
+        jobs.len() - before
     }
 }

@@ -1,7 +1,7 @@
 //! Invocation: calling a registered entry under a CPU bound (fuel or
-//! epoch); a trap, running out of memory or of CPU ends that call only and
-//! is counted. Every invocation is recorded for the node (who ran, what it
-//! used).
+//! epoch) to its end; a trap, running out of memory or of CPU ends that
+//! call only and is counted. Every invocation is recorded for the node (who
+//! ran, what it used). Preemptible invocations are in `task`.
 
 use super::*;
 
@@ -30,74 +30,11 @@ impl Sandbox {
         capsule: Option<CapsuleCtx>,
         out: &mut Vec<Action>,
     ) -> Result<i32, InvokeError> {
-        self.counters.invocations += 1;
-        let cpu = self.cfg.cpu;
-        let r = (|| {
-            let m = self.modules.get_mut(&id).ok_or(InvokeError::NoSuchModule)?;
-            m.counters.invocations += 1;
-            let Some(f) = m.entries.get(entry).cloned() else {
-                m.counters.unregistered_entry += 1;
-                return Err(InvokeError::UnregisteredEntry(entry.into()));
-            };
-            let t = self.tenants.get_mut(&m.principal).ok_or(InvokeError::NoSuchModule)?;
-            let space = match m.kind {
-                ModuleKind::Module => t.modules.as_mut(),
-                ModuleKind::Capsule => t.capsules.as_mut(),
-            }
-            .ok_or(InvokeError::NoSuchModule)?;
-            let store = &mut space.store;
-            begin_call(store, id, now, source, input, capsule);
-            arm(store, cpu, m.grant.limits.cpu);
-            let len = input.len() as i32;
-            let r = f.call(&mut *store, (arg, len));
-            let fuel = match cpu {
-                CpuBound::Fuel => m.grant.limits.cpu.saturating_sub(store.get_fuel().unwrap_or(0)),
-                CpuBound::Epoch { .. } => 0,
-            };
-            if self.invocations.len() < MAX_INVOCATION_RECORDS {
-                self.invocations.push(Invocation { module: id, principal: m.principal, fuel, ok: r.is_ok() });
-            }
-            let d = store.data_mut();
-            m.counters.log_dropped += d.call.log_dropped as u64;
-            let regs = std::mem::take(&mut d.call.registrations);
-            for (n, f) in regs {
-                if m.entries.len() < crate::MAX_ENTRIES || m.entries.contains_key(&n) {
-                    m.entries.insert(n, f);
-                }
-            }
-            let ops = std::mem::take(&mut d.ops);
-            let r = match r {
-                Ok(v) => {
-                    m.counters.ok += 1;
-                    out.append(&mut d.call.out);
-                    Ok(v)
-                }
-                Err(e) => {
-                    let err = classify(&e, d.limiter.exceeded);
-                    match err {
-                        InvokeError::CpuExhausted => m.counters.cpu_exhausted += 1,
-                        InvokeError::MemoryLimit => m.counters.memory_exhausted += 1,
-                        _ => m.counters.traps += 1,
-                    }
-                    Err(err)
-                }
-            };
-            drop_call(store);
-            Ok((r, ops))
-        })();
-        match r {
-            Ok((r, ops)) => {
-                self.apply_ops(ops);
-                if let Err(e) = &r {
-                    *self.counters.invoke_failed.entry(e.label()).or_default() += 1;
-                    debug!(module = %id, entry, error = %e, "invocation failed");
-                }
-                r
-            }
-            Err(e) => {
-                *self.counters.invoke_failed.entry(e.label()).or_default() += 1;
-                Err(e)
-            }
+        let task = self.start_call(now, id, entry, arg, input, source, capsule)?;
+        match self.resume(task, &mut || true, out) {
+            Step::Done(r) => r,
+            // keep_going never says stop.
+            Step::Yielded(_) => Err(InvokeError::Busy),
         }
     }
 
@@ -107,7 +44,9 @@ impl Sandbox {
                 HostOp::ChannelOpened { module, handle, port, prefix } => {
                     self.channels.push(ChannelRoute { port, prefix, module, handle })
                 }
-                HostOp::ChannelClosed { handle } => self.channels.retain(|c| c.handle != handle),
+                HostOp::ChannelClosed { module, handle } => {
+                    self.channels.retain(|c| !(c.module == module && c.handle == handle))
+                }
                 HostOp::AlarmSet { module, handle, deadline } => self.alarms.push(Reverse((deadline, module, handle))),
             }
         }

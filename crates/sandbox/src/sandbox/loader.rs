@@ -105,7 +105,9 @@ impl Sandbox {
         if mem > t.mem_cap {
             t.mem_cap = mem;
             for s in [t.modules.as_mut(), t.capsules.as_mut()].into_iter().flatten() {
-                s.store.data_mut().limiter.cap = mem;
+                if let Some(st) = s.store.as_mut() {
+                    st.data_mut().limiter.cap = mem;
+                }
             }
         }
         if let Ok(mut s) = t.state.lock() {
@@ -115,14 +117,22 @@ impl Sandbox {
         t
     }
 
-    pub(super) fn new_space(&self, principal: PrincipalId, t: &Tenant) -> Space {
+    pub(super) fn new_space(&mut self, principal: PrincipalId) -> Option<Space> {
+        let t = self.tenants.get(&principal)?;
         let data = TenantState::new(principal, t.mem_cap, t.state.clone(), self.routes.clone(), self.cfg.host);
         let mut store = Store::new(&self.engine, data);
         store.limiter(|d| &mut d.limiter);
-        if let CpuBound::Epoch { .. } = self.cfg.cpu {
-            store.epoch_deadline_trap();
+        let mut yields = false;
+        match self.cfg.cpu {
+            CpuBound::Epoch { .. } => store.epoch_deadline_trap(),
+            CpuBound::Fuel => {
+                // Fails only for Some(0), refused in Sandbox::new.
+                yields = self.cfg.yield_fuel.is_some() && store.fuel_async_yield_interval(self.cfg.yield_fuel).is_ok();
+            }
         }
-        Space { store, live: 0, instances: 0 }
+        let id = self.next_space;
+        self.next_space += 1;
+        Some(Space { store: Some(store), id, yields, live: 0, instances: 0, unloaded: Vec::new(), mem_used: 0 })
     }
 
     /// Loads a module (from disk via the config, or from an authenticated
@@ -271,7 +281,7 @@ impl Sandbox {
             ModuleKind::Capsule => t.capsules.is_none(),
         });
         if missing {
-            let s = self.new_space(principal, &self.tenants[&principal]);
+            let s = self.new_space(principal).ok_or(LoadError::Instantiate("tenant".into()))?;
             let t = self.tenants.get_mut(&principal).ok_or(LoadError::Instantiate("tenant".into()))?;
             match kind {
                 ModuleKind::Module => t.modules = Some(s),
@@ -337,7 +347,10 @@ impl Sandbox {
                 ModuleKind::Capsule => &mut t.capsules,
             };
             if let Some(s) = slot.as_mut() {
-                s.store.data_mut().handles.remove_owner(id.0);
+                match s.store.as_mut() {
+                    Some(st) => drop(st.data_mut().handles.remove_owner(id.0)),
+                    None => s.unloaded.push(id.0),
+                }
                 s.live = s.live.saturating_sub(1);
             }
             if m.kind == ModuleKind::Capsule {
@@ -414,11 +427,13 @@ fn start_instance(
     pre: &InstancePre<TenantState>,
     actions: &mut Vec<Action>,
 ) -> Result<Started, LoadError> {
-    let store = &mut space.store;
+    let yields = space.yields;
+    let store = space.store.as_mut().ok_or(LoadError::Busy)?;
     begin_call(store, id, now, 0, &[], None);
     arm(store, cpu, grant.limits.cpu);
     space.instances += 1;
-    let instance = match pre.instantiate(&mut *store) {
+    let instance = if yields { run_to_end(pre.instantiate_async(&mut *store)) } else { pre.instantiate(&mut *store) };
+    let instance = match instance {
         Ok(i) => i,
         Err(e) => {
             let ex = store.data().limiter.exceeded;
@@ -437,7 +452,8 @@ fn start_instance(
     if let Ok(init) = instance.get_typed_func::<(), ()>(&mut *store, "anode_init") {
         arm(store, cpu, grant.limits.cpu);
         store.data_mut().limiter.exceeded = false;
-        if let Err(e) = init.call(&mut *store, ()) {
+        let r = if yields { run_to_end(init.call_async(&mut *store, ())) } else { init.call(&mut *store, ()) };
+        if let Err(e) = r {
             let err = classify(&e, store.data().limiter.exceeded);
             drop_call(store);
             return Err(LoadError::InitFailed(err));

@@ -12,9 +12,12 @@ mod capsules;
 mod channels;
 mod invoke;
 mod loader;
+mod task;
 mod timers;
 
 use invoke::{arm, begin_call, classify, drop_call};
+use task::run_to_end;
+pub use task::{Job, JobKind, Step, Task};
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -77,6 +80,10 @@ pub struct SandboxConfig {
     /// Optimize compiled code (Cranelift `speed`); `false` compiles faster
     /// (`none`), for nodes where cold capsule loads dominate.
     pub optimize: bool,
+    /// With [`CpuBound::Fuel`]: fuel between preemption points, where
+    /// [`Sandbox::resume`] may stop an invocation and continue it later
+    /// (`None`: invocations run to their end or their fuel bound).
+    pub yield_fuel: Option<u64>,
 }
 
 impl Default for SandboxConfig {
@@ -94,9 +101,14 @@ impl Default for SandboxConfig {
             alarms_per_poll: 256,
             verifier: VerifierConfig::default(),
             optimize: true,
+            yield_fuel: Some(DEFAULT_YIELD_FUEL),
         }
     }
 }
+
+/// Default fuel between preemption points: about 20-50 µs of wasm on this
+/// machine (see docs/benchmarks.md, "Preemption points").
+pub const DEFAULT_YIELD_FUEL: u64 = 50_000;
 
 /// The wasm engine could not be configured on this host.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -156,6 +168,10 @@ pub enum LoadError {
     /// The principal already has the most modules allowed.
     #[error("principal has {0} modules loaded, the most allowed")]
     TooManyModules(usize),
+    /// An invocation of the principal's is suspended (preempted) and holds
+    /// its store; try again when it has finished.
+    #[error("the principal's store is busy with a preempted invocation; try again")]
+    Busy,
 }
 
 impl LoadError {
@@ -172,6 +188,7 @@ impl LoadError {
             LoadError::Instantiate(_) => "instantiate",
             LoadError::InitFailed(_) => "init_failed",
             LoadError::TooManyModules(_) => "too_many_modules",
+            LoadError::Busy => "busy",
         }
     }
 }
@@ -194,6 +211,10 @@ pub enum InvokeError {
     /// A trap (including stack overflow and host errors).
     #[error("trap: {0}")]
     Trap(String),
+    /// Another invocation of the same principal is suspended and holds its
+    /// store: run this one after it.
+    #[error("the principal's store is busy with a preempted invocation")]
+    Busy,
 }
 
 impl InvokeError {
@@ -205,6 +226,7 @@ impl InvokeError {
             InvokeError::CpuExhausted => "cpu_exhausted",
             InvokeError::MemoryLimit => "memory_limit",
             InvokeError::Trap(_) => "trap",
+            InvokeError::Busy => "busy",
         }
     }
 }
@@ -398,12 +420,26 @@ pub struct SandboxCounters {
     /// Modules unloaded because their credential no longer allowed them
     /// (expired, mostly).
     pub credential_unloads: u64,
+    /// Preemption points reached (fuel yields).
+    pub yields: u64,
+    /// Invocations stopped at a preemption point, to resume later.
+    pub preempted: u64,
 }
 
 struct Space {
-    store: Store<TenantState>,
+    /// `None` while a [`Task`] holds it.
+    store: Option<Store<TenantState>>,
+    /// Distinguishes this space from a later one of the same principal.
+    id: u64,
+    /// Whether its invocations yield at preemption points.
+    yields: bool,
     live: usize,
     instances: usize,
+    /// Modules unloaded while a task held the store: their handles go when
+    /// it is given back.
+    unloaded: Vec<u32>,
+    /// Linear memory in use when the store was last seen.
+    mem_used: usize,
 }
 
 struct Tenant {
@@ -478,6 +514,7 @@ pub struct Sandbox {
     fetches: HashMap<ModuleHash, Fetch>,
     pending: usize,
     next_id: u32,
+    next_space: u64,
     counters: SandboxCounters,
 }
 
@@ -488,6 +525,9 @@ impl Sandbox {
         match cfg.cpu {
             CpuBound::Fuel => {
                 c.consume_fuel(true);
+                if cfg.yield_fuel == Some(0) {
+                    return Err(SetupError::Engine("yield_fuel must not be 0".into()));
+                }
             }
             CpuBound::Epoch { .. } => {
                 c.epoch_interruption(true);
@@ -522,6 +562,7 @@ impl Sandbox {
             fetches: HashMap::new(),
             pending: 0,
             next_id: 1,
+            next_space: 1,
             counters: SandboxCounters::default(),
         })
     }
@@ -531,7 +572,9 @@ impl Sandbox {
         self.routes = routes.clone();
         for t in self.tenants.values_mut() {
             for s in [t.modules.as_mut(), t.capsules.as_mut()].into_iter().flatten() {
-                s.store.data_mut().routes = routes.clone();
+                if let Some(st) = s.store.as_mut() {
+                    st.data_mut().routes = routes.clone();
+                }
             }
         }
     }
@@ -551,6 +594,11 @@ impl Sandbox {
         &self.counters
     }
 
+    /// The credential verifier (session credentials are decided with it too).
+    pub fn verifier_mut(&mut self) -> &mut Verifier {
+        &mut self.verifier
+    }
+
     /// Credential decision counters.
     pub fn auth_counters(&self) -> &anode_cred::AuthCounters {
         self.verifier.counters()
@@ -568,7 +616,10 @@ impl Sandbox {
 
     /// Linear memory charged to `principal`'s module store, bytes.
     pub fn memory_used(&self, principal: &PrincipalId) -> usize {
-        self.tenants.get(principal).and_then(|t| t.modules.as_ref()).map_or(0, |s| s.store.data().limiter.used)
+        self.tenants
+            .get(principal)
+            .and_then(|t| t.modules.as_ref())
+            .map_or(0, |s| s.store.as_ref().map_or(s.mem_used, |st| st.data().limiter.used))
     }
 
     /// Loaded modules (switchlets, not capsule instances).

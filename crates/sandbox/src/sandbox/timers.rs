@@ -16,36 +16,38 @@ impl Sandbox {
     /// Fires due alarms (at most [`SandboxConfig::alarms_per_poll`]), expires
     /// fetches, and unloads modules whose credentials no longer allow them.
     pub fn handle_timeout(&mut self, now: Now, out: &mut Vec<Action>) {
+        let mut jobs = Vec::new();
+        self.due_jobs(now, &mut jobs);
+        for job in jobs {
+            if let Ok(Some(task)) = self.start(now, job) {
+                let _ = self.resume(task, &mut || true, out);
+            }
+        }
+    }
+
+    /// Takes the alarms due at `now` (at most [`SandboxConfig::alarms_per_poll`])
+    /// as jobs, for the node to queue on their principals' pools; also
+    /// expires code fetches and decides again on credentials whose date has
+    /// come. An alarm cancelled or re-armed after this is skipped when its
+    /// job starts.
+    pub fn due_jobs(&mut self, now: Now, jobs: &mut Vec<Job>) {
         self.recheck_due(now);
-        let mut fired = 0;
-        while fired < self.cfg.alarms_per_poll {
+        let mut n = 0;
+        while n < self.cfg.alarms_per_poll {
             let Some(Reverse((d, module, handle))) = self.alarms.peek().copied() else { break };
             if d > now.ms {
                 break;
             }
             self.alarms.pop();
-            let live = self.modules.get(&module).and_then(|m| {
-                let t = self.tenants.get_mut(&m.principal)?;
-                let s = match m.kind {
-                    ModuleKind::Module => t.modules.as_mut(),
-                    ModuleKind::Capsule => t.capsules.as_mut(),
-                }?;
-                let h = &mut s.store.data_mut().handles;
-                match h.get(module.0, handle) {
-                    Some(Obj::Alarm { deadline, entry }) if *deadline == d => {
-                        let e = entry.clone();
-                        h.remove(module.0, handle);
-                        Some(e)
-                    }
-                    _ => None,
-                }
-            });
-            if let Some(entry) = live {
-                fired += 1;
-                self.counters.alarms_fired += 1;
-                let _ = self.call(now, module, &entry, handle, &[], 0, None, out);
+            if self.modules.contains_key(&module) {
+                n += 1;
+                jobs.push(Job { module, kind: JobKind::Alarm { handle, deadline: d }, input: Vec::new(), source: 0 });
             }
         }
+        self.expire_fetches(now);
+    }
+
+    fn expire_fetches(&mut self, now: Now) {
         let expired: Vec<ModuleHash> =
             self.fetches.iter().filter(|(_, f)| f.deadline <= now.ms).map(|(h, _)| *h).collect();
         for h in expired {
