@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 mod account_cmd;
 mod apps;
 mod boot_cmd;
+mod cred_cmd;
 mod demo;
 mod experiment;
 mod keys_cmd;
@@ -59,6 +60,9 @@ enum Cmd {
     /// FLAME: untrusted monitoring modules on captures and live interfaces, under policy.
     #[command(subcommand)]
     Monitor(monitor_cmd::MonitorCmd),
+    /// Credentials (module, session, monitoring): issue, show, attenuate.
+    #[command(subcommand)]
+    Cred(cred_cmd::CredCmd),
     /// Node and user identities: generate and show Ed25519 keys.
     #[command(subcommand)]
     Keys(keys_cmd::KeysCmd),
@@ -166,6 +170,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Cmd::Multicast(a) => apps::multicast(a),
         Cmd::Testbed(c) => testbed::run(c),
         Cmd::Keys(c) => keys_cmd::run(c),
+        Cmd::Cred(c) => cred_cmd::run(c),
         Cmd::Module(c) => module_cmd::run(c),
         Cmd::Monitor(c) => monitor_cmd::run(c),
         Cmd::Plan(c) => plan_cmd::run(c),

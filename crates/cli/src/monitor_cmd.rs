@@ -211,13 +211,13 @@ pub fn run(c: MonitorCmd) -> Result<ExitCode> {
     }
 }
 
-fn root_key(s: &str) -> Result<RootKey> {
+pub(crate) fn root_key(s: &str) -> Result<RootKey> {
     let p = Path::new(s);
     let pk = if p.exists() { crate::keys_cmd::public_of(p)? } else { anode_sec::PublicKey::parse(s)? };
     anode_cred::root_key_from_ed25519(pk.as_bytes()).map_err(|e| anyhow!("{e}"))
 }
 
-fn principal(s: &str) -> Result<PrincipalId> {
+pub(crate) fn principal(s: &str) -> Result<PrincipalId> {
     let p = Path::new(s);
     let pk = if p.exists() { crate::keys_cmd::public_of(p)? } else { anode_sec::PublicKey::parse(s)? };
     Ok(PrincipalId(*pk.as_bytes()))
@@ -254,7 +254,7 @@ fn keygen(out: &Path) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn duration(s: &str) -> Result<Duration> {
+pub(crate) fn duration(s: &str) -> Result<Duration> {
     let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: u64 = n.parse().with_context(|| format!("bad duration {s:?}"))?;
     let secs = match unit {
@@ -267,7 +267,7 @@ fn duration(s: &str) -> Result<Duration> {
     Ok(Duration::from_secs(secs))
 }
 
-fn fields(names: &[String]) -> Result<Vec<Field>> {
+pub(crate) fn fields(names: &[String]) -> Result<Vec<Field>> {
     if names.iter().any(|n| n == "all") {
         return Ok(Field::ALL.to_vec());
     }
@@ -283,7 +283,7 @@ fn fields(names: &[String]) -> Result<Vec<Field>> {
         .collect()
 }
 
-fn prefixes(v: &[String]) -> Result<Vec<Prefix>> {
+pub(crate) fn prefixes(v: &[String]) -> Result<Vec<Prefix>> {
     let mut out = Vec::new();
     for s in v {
         if s == "all" {
@@ -295,7 +295,7 @@ fn prefixes(v: &[String]) -> Result<Vec<Prefix>> {
     Ok(out)
 }
 
-fn exports(v: &[String]) -> Result<ExportRights> {
+pub(crate) fn exports(v: &[String]) -> Result<ExportRights> {
     let mut e = ExportRights::default();
     for x in v {
         match x.as_str() {
@@ -308,7 +308,7 @@ fn exports(v: &[String]) -> Result<ExportRights> {
     Ok(e)
 }
 
-fn clauses(proto: &[u8], net: &[String], port: &[u16]) -> Result<Vec<Clause>> {
+pub(crate) fn clauses(proto: &[u8], net: &[String], port: &[u16]) -> Result<Vec<Clause>> {
     let mut c = Vec::new();
     if !proto.is_empty() {
         c.push(Clause::Proto(proto.to_vec()));

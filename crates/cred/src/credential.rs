@@ -7,6 +7,7 @@
 //!
 //! | fact | meaning |
 //! |---|---|
+//! | `kind("module")` | a module credential (optional: a token with no `kind` fact is one; a token of another kind, `kind("session")` or `right("monitor")`, is refused with [`CredError::WrongKind`]) |
 //! | `principal("<hex key>")` | the principal the credential is issued to (its tenant) |
 //! | `right("admin")` | administrative credential: any module, every interface, node-maximum limits |
 //! | `grant_hash("<hex sha256>")` | may load the code with this hash |
@@ -71,6 +72,7 @@ pub struct RequestedLimits {
 
 /// Why a credential was refused. Every variant is a denial that is logged and counted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CredError {
     /// No credential was presented.
     #[error("no credential presented")]
@@ -140,6 +142,16 @@ pub enum CredError {
     /// Building or attenuating a token failed.
     #[error("cannot build credential: {0}")]
     Build(String),
+    /// The credential is of another kind (a session credential presented
+    /// for a module load, a module or monitoring credential presented to
+    /// open a session).
+    #[error("a {found} credential cannot be used as a {expected} credential")]
+    WrongKind {
+        /// The kind the request needs: `module` or `session`.
+        expected: &'static str,
+        /// The kind the authority block states (`module` when it states none).
+        found: String,
+    },
 }
 
 impl CredError {
@@ -160,11 +172,12 @@ impl CredError {
             CredError::RunLimit(_) => "run_limit",
             CredError::InvalidLocalName(_) => "invalid_local_name",
             CredError::Build(_) => "build",
+            CredError::WrongKind { .. } => "wrong_kind",
         }
     }
 }
 
-fn build_err(e: Token) -> CredError {
+pub(crate) fn build_err(e: Token) -> CredError {
     CredError::Build(e.to_string())
 }
 
@@ -292,6 +305,8 @@ impl Issuer {
     /// An administrative credential ("master key"): any module, every interface.
     pub fn admin(&self, principal: PrincipalId, expires: Option<SystemTime>) -> Result<Credential, CredError> {
         let mut b = Biscuit::builder()
+            .fact(fact1("kind", "module".to_string()))
+            .map_err(build_err)?
             .fact(fact1("principal", principal.to_hex()))
             .map_err(build_err)?
             .fact(fact1("right", "admin".to_string()))
@@ -306,7 +321,11 @@ impl Issuer {
 
     /// An ordinary credential: the named modules only, with limits and interfaces.
     pub fn issue(&self, principal: PrincipalId, spec: &GrantSpec) -> Result<Credential, CredError> {
-        let mut b = Biscuit::builder().fact(fact1("principal", principal.to_hex())).map_err(build_err)?;
+        let mut b = Biscuit::builder()
+            .fact(fact1("kind", "module".to_string()))
+            .map_err(build_err)?
+            .fact(fact1("principal", principal.to_hex()))
+            .map_err(build_err)?;
         for m in &spec.modules {
             let f = match m {
                 ModuleGrant::Hash(h) => fact1("grant_hash", h.to_hex()),
@@ -344,15 +363,18 @@ impl Issuer {
     }
 }
 
-fn fact1(name: &str, v: String) -> biscuit_auth::builder::Fact {
+pub(crate) fn fact1(name: &str, v: String) -> biscuit_auth::builder::Fact {
     biscuit_auth::builder::fact(name, &[Term::Str(v)])
 }
 
-fn clamp_i64(v: u64) -> i64 {
+pub(crate) fn clamp_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-fn with_expiry(b: biscuit_auth::BiscuitBuilder, t: SystemTime) -> Result<biscuit_auth::BiscuitBuilder, CredError> {
+pub(crate) fn with_expiry(
+    b: biscuit_auth::BiscuitBuilder,
+    t: SystemTime,
+) -> Result<biscuit_auth::BiscuitBuilder, CredError> {
     let mut p = HashMap::new();
     p.insert("exp".to_string(), Term::from(t));
     b.code_with_params("check if time($t), $t < {exp};", p, HashMap::new()).map_err(build_err)
@@ -376,6 +398,22 @@ pub struct Attenuation {
 }
 
 impl Attenuation {
+    /// Whether this attenuation restricts nothing (an empty block).
+    pub fn is_empty(&self) -> bool {
+        self.expires.is_none()
+            && self.max_memory.is_none()
+            && self.max_cpu.is_none()
+            && self.max_state.is_none()
+            && self.interfaces.is_none()
+            && self.hashes.is_none()
+    }
+
+    /// The block of checks [`Credential::attenuate`] appends (for tools that
+    /// append it to a token whose root they do not check).
+    pub fn to_block(&self) -> Result<BlockBuilder, CredError> {
+        self.block()
+    }
+
     fn block(&self) -> Result<BlockBuilder, CredError> {
         let mut src = String::new();
         let mut p: HashMap<String, Term> = HashMap::new();
@@ -487,16 +525,23 @@ impl Default for VerifierConfig {
 /// The node's side: verifies credentials against the administrator's key and
 /// decides load requests. Logs and counts every decision.
 pub struct Verifier {
-    root: PublicKey,
-    cfg: VerifierConfig,
+    pub(crate) root: PublicKey,
+    pub(crate) cfg: VerifierConfig,
     cache: HashMap<[u8; 32], (Result<Grant, CredError>, SystemTime)>,
-    counters: AuthCounters,
+    pub(crate) session_cache: crate::session::SessionCache,
+    pub(crate) counters: AuthCounters,
 }
 
 impl Verifier {
     /// A verifier for credentials rooted in `root`.
     pub fn new(root: PublicKey, cfg: VerifierConfig) -> Verifier {
-        Verifier { root, cfg, cache: HashMap::new(), counters: AuthCounters::default() }
+        Verifier {
+            root,
+            cfg,
+            cache: HashMap::new(),
+            session_cache: crate::session::SessionCache::default(),
+            counters: AuthCounters::default(),
+        }
     }
 
     /// Decision counters.
@@ -572,6 +617,10 @@ impl Verifier {
         };
         // Phase 1: what the authority block says (facts of later blocks are not trusted).
         let mut a = AuthorizerBuilder::new().set_limits(self.cfg.run_limits.clone()).build(&cred.token).map_err(run)?;
+        let found = crate::session::kind_of(&mut a)?;
+        if found != "module" {
+            return Err(CredError::WrongKind { expected: "module", found });
+        }
         let principals: Vec<(String,)> = a.query("q($p) <- principal($p)").map_err(run)?;
         let principal = match principals.as_slice() {
             [(p,)] => PrincipalId::from_hex(p).ok_or(CredError::NoPrincipal)?,
@@ -699,14 +748,14 @@ impl Verifier {
     }
 }
 
-fn failed_rule(c: &FailedCheck) -> String {
+pub(crate) fn failed_rule(c: &FailedCheck) -> String {
     match c {
         FailedCheck::Block(b) => format!("block {}: {}", b.block_id, b.rule),
         FailedCheck::Authorizer(a) => format!("authorizer: {}", a.rule),
     }
 }
 
-fn check_dates(c: &Check) -> Vec<u64> {
+pub(crate) fn check_dates(c: &Check) -> Vec<u64> {
     let mut out = Vec::new();
     for q in &c.queries {
         for e in &q.expressions {

@@ -36,3 +36,31 @@ pub fn credential(data: &[u8]) {
     let b = v.authorize(now, &req);
     assert_eq!(a, b, "a repeated decision differs");
 }
+
+/// The principal the `session_credential` target presents credentials as.
+pub fn session_principal() -> crate::naming::PrincipalId {
+    crate::naming::PrincipalId([7; 32])
+}
+
+/// Bytes as a session credential presented by [`session_principal`] to open
+/// a session and to reserve 5 % of one VP with 1 MiB of heap. Must never
+/// panic; a decision must be the same when repeated (from the decision
+/// cache); a grant's ceilings must cover what it allowed.
+pub fn session_credential(data: &[u8]) {
+    use crate::session::SessionRequest;
+    let mut v = Verifier::new(issuer().public_key(), VerifierConfig::default());
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let open = SessionRequest::default();
+    let reserve = SessionRequest { vp_share_ppm: 50_000, total_share_ppm: 50_000, vps: 1, heap_bytes: 1 << 20, ..open };
+    for req in [open, reserve] {
+        let a = v.authorize_session(now, data, session_principal(), &req);
+        let b = v.authorize_session(now, data, session_principal(), &req);
+        assert_eq!(a, b, "a repeated decision differs");
+        if let Ok(g) = a {
+            assert_eq!(g.principal, session_principal());
+            for name in crate::session::AMOUNTS {
+                assert!(req.get(name) <= g.ceilings.get(name), "{name} allowed above the grant's ceiling");
+            }
+        }
+    }
+}

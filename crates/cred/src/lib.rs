@@ -8,6 +8,8 @@
 //!   modules, interfaces and limits it allows. Holders attenuate, never widen.
 //!   The [`Verifier`] decides each load once, logs and counts every decision.
 //! - [`interface`]: the Core's host interfaces, each a separately grantable right.
+//! - [`session`]: session credentials, the most a principal may reserve on a
+//!   node (RCANE sessions), decided by [`Verifier::authorize_session`].
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -15,6 +17,7 @@ pub mod credential;
 pub mod fuzzing;
 pub mod interface;
 pub mod naming;
+pub mod session;
 
 pub use biscuit_auth::PublicKey as RootKey;
 pub use credential::{
@@ -24,6 +27,10 @@ pub use credential::{
 pub use ed25519_dalek::SigningKey;
 pub use interface::{Interface, InterfaceSet};
 pub use naming::{CodeInfo, ModuleHash, ModuleName, NameError, NameRequest, PrincipalId, SignedName, sign_module};
+pub use session::{
+    AMOUNTS, Bound, SessionAttenuation, SessionCeilings, SessionGrant, SessionRequest, SessionSpec, check_bound,
+    check_expiry,
+};
 
 /// The credential root for an administrator's raw Ed25519 public key (as
 /// in a node config's `[modules] admin_key`).
