@@ -328,7 +328,7 @@ pub fn run(c: CredCmd) -> Result<ExitCode> {
 // ---------------------------------------------------------------- units
 
 /// A size: `16MiB`, `64KiB`, `1GiB`, `10MB`, `1kB`, or bytes.
-fn size(s: &str) -> Result<u64> {
+pub(crate) fn size(s: &str) -> Result<u64> {
     let t = s.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (n, unit) = t.split_at(split);
@@ -346,7 +346,7 @@ fn size(s: &str) -> Result<u64> {
 }
 
 /// A rate in bytes per second: `1Mbit/s`, `10Mbps`, `125kB/s`, `1MiB/s`, or bytes/s.
-fn rate(s: &str) -> Result<u64> {
+pub(crate) fn rate(s: &str) -> Result<u64> {
     let t = s.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (n, unit) = t.split_at(split);
@@ -391,7 +391,7 @@ fn share(s: &str) -> Result<u64> {
 }
 
 /// A short time span: `4ms`, `500us`, `1s`, `250000ns`.
-fn span(s: &str) -> Result<Duration> {
+pub(crate) fn span(s: &str) -> Result<Duration> {
     let t = s.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (n, unit) = t.split_at(split);

@@ -25,6 +25,8 @@ mod module_cmd;
 mod monitor_cmd;
 mod node_cmd;
 mod plan_cmd;
+mod sa_client;
+mod session_cmd;
 mod testbed;
 
 /// anode: a secure, resource-controlled programmable network node.
@@ -57,6 +59,9 @@ enum Cmd {
     /// Load a module into a running node over an authenticated control message.
     #[command(subcommand)]
     Module(module_cmd::ModuleCmd),
+    /// A principal's RCANE sessions on a node: open, list, show, reserve, close.
+    #[command(subcommand)]
+    Session(session_cmd::SessionCmd),
     /// FLAME: untrusted monitoring modules on captures and live interfaces, under policy.
     #[command(subcommand)]
     Monitor(monitor_cmd::MonitorCmd),
@@ -172,6 +177,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Cmd::Keys(c) => keys_cmd::run(c),
         Cmd::Cred(c) => cred_cmd::run(c),
         Cmd::Module(c) => module_cmd::run(c),
+        Cmd::Session(c) => session_cmd::run(c),
         Cmd::Monitor(c) => monitor_cmd::run(c),
         Cmd::Plan(c) => plan_cmd::run(c),
         Cmd::Account(a) => account_cmd::run(a),

@@ -4,15 +4,10 @@
 //! authenticated (encrypted) control message; the node decides once, at
 //! load, and answers over the same SA.
 
-use anode_sec::sa::{AH_LEN, OVERHEAD};
-use anode_sec::{Identity, Links, LinksConfig, Mode, Output, PublicKey};
-use anode_wire::anep;
 use anode_wire::control::{LoadReply, LoadRequest, Message};
 use anyhow::{Context, Result, anyhow, bail};
-use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
 
 /// `anode module` subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -29,103 +24,28 @@ pub enum ModuleCmd {
         /// The loader's name for the module.
         #[arg(long)]
         name: Option<String>,
-        /// The node's UDP endpoint (one of its interfaces' listen addresses).
-        #[arg(long)]
-        node: SocketAddr,
-        /// The node's public key (hex, or a .pub/.key file): the handshake
-        /// fails unless the node proves it.
-        #[arg(long)]
-        node_key: Option<String>,
-        /// The user's secret key file.
-        #[arg(long)]
-        key: PathBuf,
-        /// Seconds to wait for the handshake and the answer.
-        #[arg(long, default_value_t = 5.0)]
-        timeout: f64,
+        #[command(flatten)]
+        target: crate::sa_client::Target,
     },
-}
-
-fn now_ms(t0: Instant) -> u64 {
-    t0.elapsed().as_millis() as u64
 }
 
 /// Runs `anode module`.
 pub fn run(c: ModuleCmd) -> Result<ExitCode> {
-    let ModuleCmd::Load { file, credential, name, node, node_key, key, timeout } = c;
+    let ModuleCmd::Load { file, credential, name, target } = c;
     let code = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
     let cred = std::fs::read(&credential).with_context(|| format!("reading {}", credential.display()))?;
-    let me = Identity::load(&key)?;
-    let expect = match &node_key {
-        None => None,
-        Some(k) if std::path::Path::new(k).exists() => Some(crate::keys_cmd::public_of(std::path::Path::new(k))?),
-        Some(k) => Some(PublicKey::parse(k)?),
+    let mut body = Vec::new();
+    Message::Load(LoadRequest { name: name.as_deref(), credential: &cred, code: &code })
+        .emit(&mut body)
+        .map_err(|e| anyhow!("load request: {e}"))?;
+    let node = target.node;
+    let answer = crate::sa_client::request(&target, &body, &format!("{} bytes of module", code.len()))?;
+    let reply = match Message::parse(&answer) {
+        Ok(Message::LoadReply(r)) => r,
+        Ok(other) => bail!("{node} answered with {other:?}, not a load reply"),
+        Err(e) => bail!("{node} answered with a malformed control message: {e}"),
     };
-    let t0 = Instant::now();
-    let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64)?;
-    let mut links = Links::new(me, LinksConfig { unix_offset_ms: unix, ..LinksConfig::default() }, 0)
-        .map_err(|e| anyhow!("{e}"))?;
-    let peer = links.connect(node, expect, Mode::Encrypt, 0);
-    let sock = UdpSocket::bind("0.0.0.0:0").context("binding a UDP socket")?;
-    sock.set_read_timeout(Some(Duration::from_millis(50)))?;
-    let deadline = t0 + Duration::from_secs_f64(timeout.max(0.1));
-    let mut buf = vec![0u8; 65_536];
-    let mut sent_request = false;
-    while Instant::now() < deadline {
-        let mut out = Vec::new();
-        links.poll(now_ms(t0), &mut out);
-        if let Ok((n, from)) = sock.recv_from(&mut buf) {
-            let Ok(a) = anep::Packet::new_checked(&buf[..n]) else { continue };
-            let (type_id, ps) = (a.type_id(), a.payload_start());
-            match type_id {
-                anep::TYPE_HANDSHAKE => {
-                    if let Err(e) = links.handle_handshake(from, &buf[ps..n], now_ms(t0), &mut out) {
-                        bail!("handshake with {node} failed: {e}");
-                    }
-                }
-                anep::TYPE_AUTH | anep::TYPE_ESP => {
-                    let enc = type_id == anep::TYPE_ESP;
-                    if let Ok(o) = links.open(&mut buf[..n], ps, enc, now_ms(t0))
-                        && let Ok(ia) = anep::Packet::new_checked(&buf[o.inner.clone()])
-                        && ia.type_id() == anep::TYPE_CONTROL
-                    {
-                        let reply = match Message::parse(ia.payload()) {
-                            Ok(Message::LoadReply(r)) => r,
-                            Ok(other) => bail!("{node} answered with {other:?}, not a load reply"),
-                            Err(e) => bail!("{node} answered with a malformed control message: {e}"),
-                        };
-                        println!("{node}: {reply}");
-                        let ok = matches!(reply, LoadReply::Loaded(_) | LoadReply::AlreadyLoaded(_));
-                        return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) });
-                    }
-                }
-                _ => {}
-            }
-        }
-        for o in out {
-            if let Output::Handshake { to, msg, .. } = o {
-                sock.send_to(&anep::frame(anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_HANDSHAKE, &msg), to)?;
-            }
-        }
-        if links.is_up(peer) && !sent_request {
-            let mut body = Vec::new();
-            Message::Load(LoadRequest { name: name.as_deref(), credential: &cred, code: &code })
-                .emit(&mut body)
-                .map_err(|e| anyhow!("load request: {e}"))?;
-            let inner = anep::frame(anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_CONTROL, &body);
-            let mut d = vec![0u8; anep::HEADER_LEN + OVERHEAD + inner.len()];
-            d[anep::HEADER_LEN + AH_LEN..anep::HEADER_LEN + AH_LEN + inner.len()].copy_from_slice(&inner);
-            anep::write_header(&mut d, anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_ESP, AH_LEN + inner.len() + 16);
-            let len =
-                links.seal(peer, &mut d, anep::HEADER_LEN, inner.len(), now_ms(t0)).map_err(|e| anyhow!("{e}"))?;
-            sock.send_to(&d[..len], node)?;
-            sent_request = true;
-            if let Some(k) = links.key_of(peer) {
-                eprintln!("SA up with {node} (node {}); {} bytes of module sent", k.fingerprint(), code.len());
-            }
-        }
-    }
-    if sent_request {
-        bail!("no answer from {node}")
-    }
-    bail!("no handshake with {node}: is it running, and is this key in its [security] users?")
+    println!("{node}: {reply}");
+    let ok = matches!(reply, LoadReply::Loaded(_) | LoadReply::AlreadyLoaded(_));
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -333,7 +333,7 @@ impl Daemon {
         }
     }
 
-    fn answer(&self, r: &Request, http: bool) -> Vec<u8> {
+    fn answer(&mut self, r: &Request, http: bool) -> Vec<u8> {
         use Request as R;
         match (r, http) {
             (R::Status, _) => {
@@ -379,7 +379,7 @@ impl Daemon {
 
     /// The `status` answer: the node counters plus address, uptime,
     /// interfaces with their listen addresses, routes and local clients.
-    pub fn status_json(&self) -> serde_json::Value {
+    pub fn status_json(&mut self) -> serde_json::Value {
         use serde_json::json;
         let mut v = self.node.counters.to_json();
         if let Some(ifaces) = v.get_mut("interfaces").and_then(|x| x.as_array_mut()) {
@@ -396,6 +396,10 @@ impl Daemon {
             }
             if let Some(m) = self.node.modules_json() {
                 o.insert("modules".into(), m);
+            }
+            let now_ns = self.now_ns();
+            if let Some(s) = self.node.sessions_json(now_ns) {
+                o.insert("rcane".into(), s);
             }
             o.insert("address".into(), json!(self.node.address().to_string()));
             o.insert("uptime_s".into(), json!(self.started.elapsed().as_secs_f64()));

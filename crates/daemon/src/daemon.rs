@@ -167,6 +167,9 @@ fn build_node(cfg: &NodeConfig, topology: Option<&Topology>, unix_ms_at_zero: u6
     if let Some(m) = &cfg.modules {
         let sb = anode_node::switchlets::sandbox(m, cfg.address, node.route_table()).map_err(config)?;
         node.enable_modules(sb, unix_ms_at_zero);
+        // Module work runs in sessions under EDF (RCANE); the scheduler's
+        // clock starts with the daemon's.
+        node.enable_rcane(anode_sched::RcaneConfig::default(), 0).map_err(|e| DaemonError::Rcane(e.to_string()))?;
     }
     Ok(node)
 }
@@ -416,6 +419,30 @@ impl Daemon {
         self.started.elapsed().as_millis() as u64
     }
 
+    /// Monotonic ns since start: the scheduler's clock.
+    pub(crate) fn now_ns(&self) -> u64 {
+        self.started.elapsed().as_nanos().min(u64::MAX as u128) as u64
+    }
+
+    /// Runs one dispatch of module work, if a virtual processor is
+    /// runnable: at most its budget of wall time (checked at every
+    /// preemption point), charged with what the thread CPU clock measured.
+    /// Returns whether it ran one (there may be more).
+    fn run_sessions(&mut self) -> bool {
+        let now_ns = self.now_ns();
+        let Some(d) = self.node.pick(now_ns) else { return false };
+        let end = Instant::now() + Duration::from_nanos(d.budget_ns);
+        let cpu0 = thread_cpu_ns();
+        self.timer_out.clear();
+        let now_ms = self.now_ms();
+        self.node.run_dispatch(&d, now_ms, &mut || Instant::now() < end, &mut self.timer_out);
+        let used = thread_cpu_ns().saturating_sub(cpu0);
+        let now_ns = self.now_ns();
+        self.node.charge(&d, used, now_ns);
+        self.send_timer_out();
+        true
+    }
+
     /// Runs the event loop until [`Stopper::stop`] or, with
     /// [`Options::signals`], SIGTERM or SIGINT. The batch in hand is
     /// finished first; the final counters are logged and the sockets
@@ -429,9 +456,13 @@ impl Daemon {
     pub fn run(&mut self) -> Result<(), DaemonError> {
         let mut events = [EpollEvent::empty(); 64];
         self.timeouts(Instant::now());
+        let mut more = false;
         while !self.stopping && !self.stopper.flag.load(Ordering::Relaxed) {
             self.arm_timer(Instant::now());
-            let n = match self.epoll.wait(&mut events, EpollTimeout::NONE) {
+            // With module work runnable, only look at the sockets (network
+            // input runs between dispatches), then dispatch again.
+            let wait = if more { EpollTimeout::ZERO } else { EpollTimeout::NONE };
+            let n = match self.epoll.wait(&mut events, wait) {
                 Ok(n) => n,
                 Err(Errno::EINTR) => 0,
                 Err(e) => return Err(DaemonError::Sys { what: "epoll_wait", source: e }),
@@ -456,6 +487,7 @@ impl Daemon {
                 }
             }
             self.timeouts(Instant::now());
+            more = self.run_sessions();
         }
         self.log_drops(Instant::now() + DROP_LOG_INTERVAL);
         self.log_summary();
@@ -465,11 +497,12 @@ impl Daemon {
     /// The earliest deadline of anything scheduled.
     fn next_deadline(&self) -> Option<Instant> {
         let node = self.node.poll_at().map(|ms| self.started + Duration::from_millis(ms));
+        let sched = self.node.sched_poll_at().map(|ns| self.started + Duration::from_nanos(ns));
         let conns = self.control_conns.iter().chain(&self.metrics_conns).flatten().map(|c| c.deadline).min();
         let stalled = self.clients.next_stall_deadline();
         let drops = self.droplog.next_due(&self.node.counters);
         let report = ratelog::pending().then_some(self.last_report + DROP_LOG_INTERVAL);
-        [node, conns, stalled, drops, report].into_iter().flatten().min()
+        [node, sched, conns, stalled, drops, report].into_iter().flatten().min()
     }
 
     /// Arms the timer for the next deadline (one system call, and only when
@@ -584,4 +617,10 @@ impl Daemon {
             "node stopped; final counters"
         );
     }
+}
+
+/// CPU time this thread has used, ns (what a dispatch is charged with).
+fn thread_cpu_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map_or(0, |t| (t.tv_sec() as u64).saturating_mul(1_000_000_000).saturating_add(t.tv_nsec() as u64))
 }

@@ -87,6 +87,9 @@ const TOKEN_APP_CLIENT: u64 = 1 << 34;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DaemonError {
+    /// The resource-control configuration is invalid.
+    #[error("resource control: {0}")]
+    Rcane(String),
     /// A module listed in `[modules]` was refused.
     #[error("module {}: {source}", file.display())]
     Module {

@@ -49,6 +49,7 @@ drops! {
     HandshakeFailed "handshake_failed"  "A handshake that failed to decrypt or verify (tampering, or a wrong key in a config).";
     HandshakeUnexpected "handshake_unexpected" "A handshake response for no handshake in progress.";
     HandshakeBadCookie "handshake_bad_cookie" "An XX first message whose anti-reflection cookie was wrong or stale.";
+    PoolFull        "pool_full"         "A module job (alarm, channel packet) refused because its session's event pool was full.";
     CapsuleRefused  "capsule_refused"   "A capsule (or code request/reply) the sandbox refused: see `modules.capsule_refused` for the reason.";
 }
 

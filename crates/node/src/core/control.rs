@@ -32,6 +32,20 @@ impl Node {
         now_ms: u64,
         out: &mut Outbox,
     ) {
+        if body.first().is_some_and(|op| (0x10..=0x1f).contains(op)) {
+            let reply = match from {
+                Some(key) => self.session_request(PrincipalId(*key.as_bytes()), body, now_ms),
+                None => {
+                    anode_sched::wire::Reply::Error { code: anode_sched::wire::ErrorCode::SessionNotYours, detail: 0 }
+                        .to_bytes()
+                        .unwrap_or_default()
+                }
+            };
+            let Some(to) = to else { return };
+            let data = out.push_frame(anep::TYPE_CONTROL, &[&reply]);
+            out.transmits.push(Transmit { iface, to, data, owner: Owner::System });
+            return;
+        }
         let text;
         let reply = match (Message::parse(body), from) {
             (Err(e), _) => {

@@ -20,8 +20,10 @@ mod control;
 mod data;
 mod modules;
 mod seal;
+mod sessions;
 
 pub use modules::LoadFailure;
+pub use sessions::{BE_POOL, SchedCounters};
 
 use crate::config::{ConfigError, NodeConfig, Topology};
 use crate::counters::Counters;
@@ -251,6 +253,8 @@ pub struct Node {
     /// Packets for module channels found while the VM's outcome is
     /// borrowed: (port, source, payload).
     to_channels: Vec<(u16, Ipv4Addr, Vec<u8>)>,
+    /// RCANE scheduling of module work, when on.
+    sched: Option<Box<sessions::Sched>>,
 }
 
 impl Node {
@@ -322,6 +326,7 @@ impl Node {
             modules: None,
             ep_addr,
             to_channels: Vec::new(),
+            sched: None,
         })
     }
 
@@ -345,10 +350,11 @@ impl Node {
     pub fn handle_timeout(&mut self, now_ms: u64, out: &mut Outbox) {
         self.set_now(now_ms);
         if self.modules.as_ref().is_some_and(|m| m.sb.poll_at().is_some_and(|t| t <= now_ms)) {
-            let mark = out.transmits.len();
-            self.with_sandbox(now_ms, out, |sb, now, a| sb.handle_timeout(now, a));
-            self.protect(&[], out, mark, now_ms);
+            let mut jobs = Vec::new();
+            self.with_sandbox(now_ms, out, |sb, now, _| sb.due_jobs(now, &mut jobs));
+            self.post_jobs(&mut jobs, out);
         }
+        self.expire_sessions(out);
         self.poll_security(now_ms, out);
     }
 

@@ -131,11 +131,14 @@ impl Node {
         if self.to_channels.is_empty() {
             return;
         }
-        let now = self.now_ms;
         let pending = std::mem::take(&mut self.to_channels);
-        for (port, src, payload) in &pending {
-            self.with_sandbox(now, out, |sb, now, a| sb.deliver(now, *src, *port, payload, a));
+        let mut jobs = Vec::new();
+        if let Some(m) = self.modules.as_ref() {
+            for (port, src, payload) in &pending {
+                m.sb.channel_jobs(*src, *port, payload, &mut jobs);
+            }
         }
+        self.post_jobs(&mut jobs, out);
         // Keep the (now empty) buffer's capacity.
         self.to_channels = pending;
         self.to_channels.clear();

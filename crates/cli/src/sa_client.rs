@@ -1,0 +1,103 @@
+//! One request over a user's security association with a node (SANE §4.8):
+//! a Noise XX handshake binds the user's Ed25519 identity to an SA, the
+//! request travels as an encrypted control message, and the node's answer
+//! comes back over the same SA. Used by `anode module` and `anode session`.
+
+use anode_sec::sa::{AH_LEN, OVERHEAD};
+use anode_sec::{Identity, Links, LinksConfig, Mode, Output, PublicKey};
+use anode_wire::anep;
+use anyhow::{Context, Result, anyhow, bail};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Where and as whom to ask.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Target {
+    /// The node's UDP endpoint (one of its interfaces' listen addresses).
+    #[arg(long)]
+    pub node: SocketAddr,
+    /// The node's public key (hex, or a .pub/.key file): the handshake
+    /// fails unless the node proves it.
+    #[arg(long)]
+    pub node_key: Option<String>,
+    /// The user's secret key file.
+    #[arg(long)]
+    pub key: PathBuf,
+    /// Seconds to wait for the handshake and the answer.
+    #[arg(long, default_value_t = 5.0)]
+    pub timeout: f64,
+}
+
+fn now_ms(t0: Instant) -> u64 {
+    t0.elapsed().as_millis() as u64
+}
+
+/// Sends `body` as a control message over an encrypted SA with the node
+/// and returns the payload of the node's control answer.
+pub fn request(t: &Target, body: &[u8], what: &str) -> Result<Vec<u8>> {
+    let node = t.node;
+    let me = Identity::load(&t.key)?;
+    let expect = match &t.node_key {
+        None => None,
+        Some(k) if Path::new(k).exists() => Some(crate::keys_cmd::public_of(Path::new(k))?),
+        Some(k) => Some(PublicKey::parse(k)?),
+    };
+    let t0 = Instant::now();
+    let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64)?;
+    let mut links = Links::new(me, LinksConfig { unix_offset_ms: unix, ..LinksConfig::default() }, 0)
+        .map_err(|e| anyhow!("{e}"))?;
+    let peer = links.connect(node, expect, Mode::Encrypt, 0);
+    let sock = UdpSocket::bind("0.0.0.0:0").context("binding a UDP socket")?;
+    sock.set_read_timeout(Some(Duration::from_millis(50)))?;
+    let deadline = t0 + Duration::from_secs_f64(t.timeout.max(0.1));
+    let mut buf = vec![0u8; 65_536];
+    let mut sent_request = false;
+    while Instant::now() < deadline {
+        let mut out = Vec::new();
+        links.poll(now_ms(t0), &mut out);
+        if let Ok((n, from)) = sock.recv_from(&mut buf) {
+            let Ok(a) = anep::Packet::new_checked(&buf[..n]) else { continue };
+            let (type_id, ps) = (a.type_id(), a.payload_start());
+            match type_id {
+                anep::TYPE_HANDSHAKE => {
+                    if let Err(e) = links.handle_handshake(from, &buf[ps..n], now_ms(t0), &mut out) {
+                        bail!("handshake with {node} failed: {e}");
+                    }
+                }
+                anep::TYPE_AUTH | anep::TYPE_ESP => {
+                    let enc = type_id == anep::TYPE_ESP;
+                    if let Ok(o) = links.open(&mut buf[..n], ps, enc, now_ms(t0))
+                        && let Ok(ia) = anep::Packet::new_checked(&buf[o.inner.clone()])
+                        && ia.type_id() == anep::TYPE_CONTROL
+                    {
+                        return Ok(ia.payload().to_vec());
+                    }
+                }
+                _ => {}
+            }
+        }
+        for o in out {
+            if let Output::Handshake { to, msg, .. } = o {
+                sock.send_to(&anep::frame(anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_HANDSHAKE, &msg), to)?;
+            }
+        }
+        if links.is_up(peer) && !sent_request {
+            let inner = anep::frame(anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_CONTROL, body);
+            let mut d = vec![0u8; anep::HEADER_LEN + OVERHEAD + inner.len()];
+            d[anep::HEADER_LEN + AH_LEN..anep::HEADER_LEN + AH_LEN + inner.len()].copy_from_slice(&inner);
+            anep::write_header(&mut d, anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_ESP, AH_LEN + inner.len() + 16);
+            let len =
+                links.seal(peer, &mut d, anep::HEADER_LEN, inner.len(), now_ms(t0)).map_err(|e| anyhow!("{e}"))?;
+            sock.send_to(&d[..len], node)?;
+            sent_request = true;
+            if let Some(k) = links.key_of(peer) {
+                eprintln!("SA up with {node} (node {}); {what} sent", k.fingerprint());
+            }
+        }
+    }
+    if sent_request {
+        bail!("no answer from {node}")
+    }
+    bail!("no handshake with {node}: is it running, and is this key in its [security] users?")
+}

@@ -1,0 +1,628 @@
+//! RCANE on the node (RCANE §IV-B, §IV-C): module work as events on the
+//! pools of sessions, run by their virtual processors under EDF.
+//!
+//! ```text
+//! alarm due / packet for a module channel ──► Job ──► pool of the module's principal's session
+//!                                                      (or the Best-Effort module pool)
+//! daemon: pick(now) ──► Dispatch{vp, budget} ──► run_dispatch: resume the VP's suspended task,
+//!         then its pools' jobs, each preemptible at fuel yields ──► charge(thread CPU used)
+//! ```
+//!
+//! Without [`Node::enable_rcane`] (the in-process tests, a node without
+//! modules), module work runs inline when it arrives, as before.
+//!
+//! One OS thread runs every session: the daemon's. Network input is
+//! handled between dispatches, and a dispatch lasts at most its budget (a
+//! VP's slice at most) plus one preemption grain, so forwarding waits at
+//! most that long; its CPU is charged to Best-Effort, the control plane's to
+//! System.
+
+use std::collections::HashMap;
+
+use anode_sandbox::{InvokeError, Job, PrincipalId, Step, Task};
+use anode_sched::{Dispatch, PoolId, PoolSpec, PostRefusal, Rcane, RcaneConfig, SessionId, VpId};
+
+use super::{Node, Outbox, Owner};
+
+/// Counters of the node's module scheduling.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SchedCounters {
+    /// Jobs queued on pools.
+    pub jobs_posted: u64,
+    /// Jobs refused because their pool was full.
+    pub jobs_refused_full: u64,
+    /// Jobs dropped because another task of the same principal held its
+    /// store on another VP.
+    pub jobs_busy: u64,
+    /// Jobs finished (including refusals by the sandbox).
+    pub jobs_done: u64,
+    /// Dispatches run.
+    pub dispatches: u64,
+    /// Tasks stopped at a preemption point when their dispatch ended.
+    pub preemptions: u64,
+    /// Session control requests received.
+    pub session_requests: u64,
+    /// Session requests refused (credential, admission, handles, malformed).
+    pub session_refused: u64,
+    /// Session requests refused by the per-principal rate limit.
+    pub session_rate_limited: u64,
+}
+
+/// The node's resource-control state.
+pub(crate) struct Sched {
+    pub rcane: Rcane<Job>,
+    /// Best-Effort's module pool.
+    be_pool: PoolId,
+    /// Each session's module pool.
+    pools: HashMap<SessionId, PoolId>,
+    /// The session a principal's modules run in (its first).
+    by_principal: HashMap<PrincipalId, SessionId>,
+    /// A task stopped at a preemption point, per VP, with its pool.
+    suspended: HashMap<VpId, (PoolId, Task)>,
+    /// Each session's credential, to decide again on a changed reservation.
+    credentials: HashMap<SessionId, Vec<u8>>,
+    limiter: anode_sched::RequestLimiter,
+    pub counters: SchedCounters,
+}
+
+impl std::fmt::Debug for Sched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sched").field("counters", &self.counters).finish_non_exhaustive()
+    }
+}
+
+/// Bounds of the Best-Effort module pool.
+pub const BE_POOL: PoolSpec = PoolSpec { max_queued: 4096, max_in_progress: 1 };
+
+impl Sched {
+    pub fn new(cfg: RcaneConfig, now_ns: u64) -> Result<Sched, anode_sched::ConfigError> {
+        let mut rcane = Rcane::new(cfg, now_ns)?;
+        let (sid, vp) = rcane.best_effort();
+        let be_pool = rcane
+            .open_pool_trusted(sid, vp, BE_POOL)
+            .map_err(|_| anode_sched::ConfigError::PeriodBounds { min: 0, max: 0 })?;
+        Ok(Sched {
+            rcane,
+            be_pool,
+            pools: HashMap::new(),
+            by_principal: HashMap::new(),
+            suspended: HashMap::new(),
+            credentials: HashMap::new(),
+            limiter: anode_sched::RequestLimiter::new(SESSION_REQUESTS_PER_SEC, SESSION_REQUEST_BURST, 4096),
+            counters: SchedCounters::default(),
+        })
+    }
+
+    /// The scheduler's clock for a call that only has milliseconds (the
+    /// daemon's clocks share one origin; never behind the scheduler).
+    pub fn ns(&self, now_ms: u64) -> u64 {
+        now_ms.saturating_mul(1_000_000).max(self.rcane.sched().now())
+    }
+
+    /// The pool a principal's module work goes to.
+    fn pool_for(&self, p: Option<PrincipalId>) -> PoolId {
+        p.and_then(|p| self.by_principal.get(&p)).and_then(|s| self.pools.get(s)).copied().unwrap_or(self.be_pool)
+    }
+
+    /// The session a principal's work is charged to.
+    pub fn session_of(&self, owner: Owner) -> SessionId {
+        match owner {
+            Owner::System => self.rcane.system().0,
+            Owner::BestEffort => self.rcane.best_effort().0,
+            Owner::Principal(p) => self.by_principal.get(&p).copied().unwrap_or(self.rcane.best_effort().0),
+        }
+    }
+
+    /// Records that `principal`'s session `sid` exists, with a module pool
+    /// on its first VP.
+    pub fn session_opened(&mut self, principal: PrincipalId, sid: SessionId, spec: PoolSpec) {
+        let Ok(info) = self.rcane.session_info(sid, self.rcane.sched().now()) else { return };
+        let Some((vp, _)) = info.vps.first().copied() else { return };
+        if let Ok(pool) = self.rcane.open_pool_trusted(sid, vp, spec) {
+            self.pools.insert(sid, pool);
+            self.by_principal.entry(principal).or_insert(sid);
+        }
+    }
+
+    /// Forgets a closed session whose VPs were `vps` (its pools went with
+    /// it); returns its suspended tasks, which the caller runs to their end
+    /// (bounded by their fuel) so that their stores come back.
+    pub fn session_closed(&mut self, sid: SessionId, vps: &[VpId]) -> Vec<Task> {
+        self.pools.remove(&sid);
+        self.credentials.remove(&sid);
+        self.by_principal.retain(|_, s| *s != sid);
+        vps.iter().filter_map(|vp| self.suspended.remove(vp)).map(|(_, t)| t).collect()
+    }
+}
+
+impl Node {
+    /// Turns on RCANE scheduling of module work (the daemon does, at
+    /// start): alarms and channel packets become events on their
+    /// principals' pools, run by [`Node::run_dispatch`]. `now_ns` is the
+    /// time base of the scheduling calls (monotonic ns).
+    pub fn enable_rcane(&mut self, cfg: RcaneConfig, now_ns: u64) -> Result<(), anode_sched::ConfigError> {
+        self.sched = Some(Box::new(Sched::new(cfg, now_ns)?));
+        Ok(())
+    }
+
+    /// Whether RCANE scheduling is on.
+    pub fn rcane_on(&self) -> bool {
+        self.sched.is_some()
+    }
+
+    /// Scheduling counters, when RCANE is on.
+    pub fn sched_counters(&self) -> Option<SchedCounters> {
+        self.sched.as_ref().map(|s| s.counters)
+    }
+
+    /// The resource-control core, when on (read-only).
+    pub fn rcane(&self) -> Option<&Rcane<Job>> {
+        self.sched.as_ref().map(|s| &s.rcane)
+    }
+
+    /// The resource-control core, when on.
+    pub fn rcane_mut(&mut self) -> Option<&mut Rcane<Job>> {
+        self.sched.as_mut().map(|s| &mut s.rcane)
+    }
+
+    /// Queues module jobs on their principals' pools (or runs them inline
+    /// when RCANE is off).
+    pub(super) fn post_jobs(&mut self, jobs: &mut Vec<Job>, out: &mut Outbox) {
+        if jobs.is_empty() {
+            return;
+        }
+        if self.sched.is_none() {
+            let now = self.now_ms;
+            let mark = out.transmits.len();
+            self.with_sandbox(now, out, |sb, now, a| {
+                for job in jobs.drain(..) {
+                    if let Ok(Some(t)) = sb.start(now, job) {
+                        let _ = sb.resume(t, &mut || true, a);
+                    }
+                }
+            });
+            self.protect(&[], out, mark, now);
+            return;
+        }
+        let principals: Vec<Option<PrincipalId>> =
+            jobs.iter().map(|j| self.modules.as_ref().and_then(|m| m.sb.job_principal(j))).collect();
+        let Some(s) = self.sched.as_mut() else { return };
+        let now_ns = s.rcane.sched().now();
+        for (job, p) in jobs.drain(..).zip(principals) {
+            let pool = s.pool_for(p);
+            match s.rcane.post(pool, job, now_ns) {
+                Ok(()) => s.counters.jobs_posted += 1,
+                Err(e) => {
+                    s.counters.jobs_refused_full += u64::from(e.reason == PostRefusal::Full);
+                    self.counters.drop(crate::counters::Drop::PoolFull);
+                }
+            }
+        }
+    }
+
+    /// Which VP runs now, and for how long (`None`: no module work is
+    /// runnable; sleep until [`Node::sched_poll_at`]).
+    pub fn pick(&mut self, now_ns: u64) -> Option<Dispatch> {
+        self.sched.as_mut()?.rcane.pick(now_ns)
+    }
+
+    /// When the scheduler next needs the CPU (a budget replenished, a
+    /// credential expiring), monotonic ns.
+    pub fn sched_poll_at(&self) -> Option<u64> {
+        self.sched.as_ref()?.rcane.poll_at()
+    }
+
+    /// Runs the dispatched VP's work, its suspended task first, then jobs
+    /// from its pools, until `keep_going` says stop (the daemon's budget
+    /// check, asked at every preemption point and between jobs) or no work
+    /// is left. Returns the jobs finished.
+    pub fn run_dispatch(
+        &mut self,
+        d: &Dispatch,
+        now_ms: u64,
+        keep_going: &mut dyn FnMut() -> bool,
+        out: &mut Outbox,
+    ) -> usize {
+        self.set_now(now_ms);
+        let Some(s) = self.sched.as_mut() else { return 0 };
+        s.counters.dispatches += 1;
+        let mark = out.transmits.len();
+        let mut done = 0;
+        loop {
+            let Some(s) = self.sched.as_mut() else { break };
+            let (pool, task) = match s.suspended.remove(&d.vp) {
+                Some(x) => x,
+                None => {
+                    let Some(pool) = s.rcane.pools_with_work(d.vp).next() else { break };
+                    let job = match s.rcane.take_event(d, pool) {
+                        Ok(Some(j)) => j,
+                        _ => break,
+                    };
+                    let started = self.with_sandbox(now_ms, out, |sb, now, _| sb.start(now, job));
+                    match started {
+                        Some(Ok(Some(t))) => (pool, t),
+                        other => {
+                            let Some(s) = self.sched.as_mut() else { break };
+                            if matches!(other, Some(Err(InvokeError::Busy))) {
+                                s.counters.jobs_busy += 1;
+                            }
+                            s.counters.jobs_done += 1;
+                            let now_ns = s.rcane.sched().now();
+                            let _ = s.rcane.finish_event(pool, now_ns);
+                            done += 1;
+                            if !keep_going() {
+                                break;
+                            }
+                            continue;
+                        }
+                    }
+                }
+            };
+            let step = self.with_sandbox(now_ms, out, |sb, _, a| sb.resume(task, keep_going, a));
+            let Some(s) = self.sched.as_mut() else { break };
+            match step {
+                Some(Step::Yielded(t)) => {
+                    s.counters.preemptions += 1;
+                    s.suspended.insert(d.vp, (pool, t));
+                    break;
+                }
+                _ => {
+                    s.counters.jobs_done += 1;
+                    let now_ns = s.rcane.sched().now();
+                    let _ = s.rcane.finish_event(pool, now_ns);
+                    done += 1;
+                    if !keep_going() {
+                        break;
+                    }
+                }
+            }
+        }
+        if let Some(s) = self.sched.as_mut() {
+            let busy = s.suspended.contains_key(&d.vp);
+            let now_ns = s.rcane.sched().now();
+            let _ = s.rcane.set_busy(d.vp, busy, now_ns);
+        }
+        self.charge_transmits(out, mark);
+        self.protect(&[], out, mark, now_ms);
+        done
+    }
+
+    /// Charges what a dispatch used, measured on the thread CPU clock.
+    pub fn charge(&mut self, d: &Dispatch, used_ns: u64, now_ns: u64) {
+        if let Some(s) = self.sched.as_mut() {
+            s.rcane.charge(d, used_ns, now_ns);
+        }
+    }
+
+    /// Charges CPU used outside dispatches (network input, the control
+    /// plane) to System or Best-Effort.
+    pub fn charge_outside(&mut self, owner: Owner, used_ns: u64) {
+        if let Some(s) = self.sched.as_mut() {
+            let sid = s.session_of(owner);
+            let _ = s.rcane.charge_cpu(sid, used_ns, anode_sched::DispatchKind::Guaranteed);
+        }
+    }
+
+    /// Charges the transmissions queued since `mark` to their owners' sessions.
+    pub(super) fn charge_transmits(&mut self, out: &Outbox, mark: usize) {
+        let Some(s) = self.sched.as_mut() else { return };
+        for t in out.transmits.iter().skip(mark) {
+            let len = match &t.data {
+                super::Data::Input(r) | super::Data::Arena(r) => r.len() as u64,
+            };
+            let sid = s.session_of(t.owner);
+            let _ = s.rcane.charge_tx(sid, 1, len);
+        }
+    }
+}
+
+/// Session requests per second per principal, and their burst (a flood is
+/// refused with `RateLimited`; what it cost is charged to System).
+pub const SESSION_REQUESTS_PER_SEC: u32 = 20;
+/// Burst of session requests.
+pub const SESSION_REQUEST_BURST: u32 = 40;
+
+/// The amounts a request would leave the session holding, as the
+/// credential's attenuation checks see them.
+fn amounts(
+    current: &[(VpId, anode_sched::VpParams)],
+    heap: u64,
+    tx: u64,
+    rx: u64,
+    req: &anode_sched::ReserveRequest,
+) -> anode_cred::SessionRequest {
+    use anode_sched::VpOp;
+    let mut vps: Vec<(Option<VpId>, anode_sched::VpParams)> = current.iter().map(|(v, p)| (Some(*v), *p)).collect();
+    for op in &req.vps {
+        match op {
+            VpOp::Add(p) => vps.push((None, *p)),
+            VpOp::Change(id, p) => {
+                for v in vps.iter_mut().filter(|v| v.0 == Some(*id)) {
+                    v.1 = *p;
+                }
+            }
+            VpOp::Remove(id) => vps.retain(|v| v.0 != Some(*id)),
+        }
+    }
+    anode_cred::SessionRequest {
+        vp_share_ppm: vps.iter().map(|v| v.1.share_ppm()).max().unwrap_or(0),
+        total_share_ppm: vps.iter().map(|v| v.1.share_ppm()).fold(0, u64::saturating_add),
+        vps: vps.len() as u32,
+        extra: vps.iter().any(|v| v.1.extra),
+        heap_bytes: req.heap_bytes.unwrap_or(heap),
+        tx_bytes_per_sec: req.tx_bytes_per_sec.unwrap_or(tx),
+        rx_bytes_per_sec: req.rx_bytes_per_sec.unwrap_or(rx),
+        pools: 1,
+        queued_events: SESSION_POOL_QUEUE,
+    }
+}
+
+/// Events a session's module pool holds.
+pub const SESSION_POOL_QUEUE: u32 = 1024;
+
+fn ceilings(c: &anode_cred::SessionCeilings) -> anode_sched::Ceilings {
+    anode_sched::Ceilings {
+        max_vp_share_ppm: c.max_vp_share_ppm,
+        max_total_share_ppm: c.max_total_share_ppm,
+        max_vps: c.max_vps,
+        extra: c.extra,
+        max_heap_bytes: c.max_heap_bytes,
+        max_tx_bytes_per_sec: c.max_tx_bytes_per_sec,
+        max_rx_bytes_per_sec: c.max_rx_bytes_per_sec,
+        max_pools: c.max_pools,
+        max_queued_events: c.max_queued_events,
+    }
+}
+
+impl Node {
+    /// A session control message (ops 0x10-0x14) from the principal `from`,
+    /// authenticated by its SA: the reply's bytes.
+    pub(super) fn session_request(&mut self, from: PrincipalId, body: &[u8], now_ms: u64) -> Vec<u8> {
+        use anode_sched::wire::{ErrorCode, Reply, Request, SessionSummary};
+        let reply = (|| {
+            let Some(s) = self.sched.as_mut() else {
+                return Reply::Error { code: ErrorCode::Internal, detail: 0 };
+            };
+            s.counters.session_requests += 1;
+            let now_ns = s.ns(now_ms);
+            let p = anode_sched::PrincipalId(from.0);
+            if let Err(r) = s.limiter.check(p, now_ns) {
+                s.counters.session_rate_limited += 1;
+                return Reply::Error { code: ErrorCode::RateLimited, detail: r.retry_after_ns };
+            }
+            let req = match Request::parse_bytes(body) {
+                Ok(r) => r,
+                Err(_) => return Reply::Error { code: ErrorCode::Malformed, detail: 0 },
+            };
+            match req {
+                Request::Open { credential, reservation } => self.open_session(from, &credential, &reservation, now_ms),
+                Request::Reserve { session, reservation } => self.reserve_session(from, session, &reservation, now_ms),
+                Request::Close { session } => {
+                    let Some(s) = self.sched.as_mut() else {
+                        return Reply::Error { code: ErrorCode::Internal, detail: 0 };
+                    };
+                    let vps = s.rcane.session_info(session, now_ns).map(|i| i.vps).unwrap_or_default();
+                    match s.rcane.close_session(&p, session, now_ns) {
+                        Ok(c) => {
+                            self.session_gone(session, &vps, now_ms);
+                            tracing::info!(session = %session, principal = %from, "session closed by its principal");
+                            Reply::closed(&c)
+                        }
+                        Err(e) => Reply::error(&e),
+                    }
+                }
+                Request::List => Reply::Sessions(s.rcane.list(&p, now_ns).iter().map(SessionSummary::from).collect()),
+                Request::Show { session } => match s.rcane.show(&p, session, now_ns) {
+                    Ok(i) => Reply::Sessions(vec![SessionSummary::from(&i)]),
+                    Err(e) => Reply::error(&e),
+                },
+            }
+        })();
+        if let (Some(s), Reply::Error { .. } | Reply::Refused { .. } | Reply::BadVp { .. }) =
+            (self.sched.as_mut(), &reply)
+        {
+            s.counters.session_refused += 1;
+        }
+        reply.to_bytes().unwrap_or_default()
+    }
+
+    fn authorize_session(
+        &mut self,
+        from: PrincipalId,
+        credential: &[u8],
+        req: &anode_cred::SessionRequest,
+        now_ms: u64,
+    ) -> Result<(anode_sched::Ceilings, Option<u64>), anode_sched::wire::Reply> {
+        use anode_sched::wire::{ErrorCode, Reply};
+        let Some(m) = self.modules.as_mut() else {
+            return Err(Reply::Error { code: ErrorCode::CredentialRefused, detail: 0 });
+        };
+        let now = m.now(now_ms);
+        match m.sb.verifier_mut().authorize_session(now.wall, credential, from, req) {
+            Ok(g) => {
+                let now_ns = self.sched.as_ref().map_or(0, |s| s.ns(now_ms));
+                let expires = g.recheck_at.map(|t| {
+                    let d = t.duration_since(now.wall).map_or(0, |d| d.as_nanos().min(u64::MAX as u128) as u64);
+                    now_ns.saturating_add(d)
+                });
+                Ok((ceilings(&g.ceilings), expires))
+            }
+            Err(anode_cred::CredError::Expired { .. }) => {
+                Err(Reply::Error { code: ErrorCode::CredentialExpired, detail: 0 })
+            }
+            Err(e) => {
+                tracing::debug!(principal = %from, reason = %e, "session credential refused");
+                Err(Reply::Error { code: ErrorCode::CredentialRefused, detail: 0 })
+            }
+        }
+    }
+
+    fn open_session(
+        &mut self,
+        from: PrincipalId,
+        credential: &[u8],
+        req: &anode_sched::ReserveRequest,
+        now_ms: u64,
+    ) -> anode_sched::wire::Reply {
+        use anode_sched::wire::Reply;
+        let want = amounts(&[], 0, 0, 0, req);
+        let (ceil, expires) = match self.authorize_session(from, credential, &want, now_ms) {
+            Ok(x) => x,
+            Err(r) => return r,
+        };
+        let Some(s) = self.sched.as_mut() else { return Reply::error(&anode_sched::RcaneError::Builtin) };
+        let now_ns = s.ns(now_ms);
+        match s.rcane.open_session(anode_sched::PrincipalId(from.0), ceil, expires, req, now_ns) {
+            Ok(g) => {
+                let spec =
+                    PoolSpec { max_queued: SESSION_POOL_QUEUE.min(ceil.max_queued_events.max(1)), max_in_progress: 1 };
+                s.session_opened(from, g.session, spec);
+                s.credentials.insert(g.session, credential.to_vec());
+                tracing::info!(session = %g.session, principal = %from, vps = g.added.len(), "session opened");
+                Reply::granted(&g)
+            }
+            Err(e) => Reply::error(&e),
+        }
+    }
+
+    fn reserve_session(
+        &mut self,
+        from: PrincipalId,
+        sid: SessionId,
+        req: &anode_sched::ReserveRequest,
+        now_ms: u64,
+    ) -> anode_sched::wire::Reply {
+        use anode_sched::wire::Reply;
+        let p = anode_sched::PrincipalId(from.0);
+        let Some(s) = self.sched.as_mut() else { return Reply::error(&anode_sched::RcaneError::Builtin) };
+        let now_ns = s.ns(now_ms);
+        let info = match s.rcane.show(&p, sid, now_ns) {
+            Ok(i) => i,
+            Err(e) => return Reply::error(&e),
+        };
+        // The credential's attenuation checks decide on the amounts the
+        // change would leave; admission then checks the ceilings and the node.
+        let want = amounts(&info.vps, info.heap_bytes, info.tx_bytes_per_sec, info.rx_bytes_per_sec, req);
+        let cred = s.credentials.get(&sid).cloned().unwrap_or_default();
+        if let Err(r) = self.authorize_session(from, &cred, &want, now_ms) {
+            return r;
+        }
+        let Some(s) = self.sched.as_mut() else { return Reply::error(&anode_sched::RcaneError::Builtin) };
+        match s.rcane.reserve(&p, sid, req, now_ns) {
+            Ok(g) => Reply::granted(&g),
+            Err(e) => Reply::error(&e),
+        }
+    }
+
+    /// Cleans up after a closed session: its suspended tasks are run to
+    /// their end (bounded by their fuel) so that their stores come back.
+    fn session_gone(&mut self, sid: SessionId, vps: &[(VpId, anode_sched::VpParams)], now_ms: u64) {
+        let ids: Vec<VpId> = vps.iter().map(|(v, _)| *v).collect();
+        let Some(s) = self.sched.as_mut() else { return };
+        let tasks = s.session_closed(sid, &ids);
+        let mut out = Outbox::default();
+        for t in tasks {
+            self.with_sandbox(now_ms, &mut out, |sb, _, a| sb.resume(t, &mut || true, a));
+        }
+    }
+
+    /// Closes sessions whose credentials expired.
+    pub(super) fn expire_sessions(&mut self, _out: &mut Outbox) {
+        let now_ms = self.now_ms;
+        let Some(s) = self.sched.as_mut() else { return };
+        let now_ns = s.ns(now_ms);
+        if !s.rcane.next_expiry().is_some_and(|t| t <= now_ns) {
+            return;
+        }
+        let ids: Vec<SessionId> = s.rcane.sessions().collect();
+        let mut due = Vec::new();
+        for sid in ids {
+            if let Ok(i) = s.rcane.session_info(sid, now_ns)
+                && i.expires_at_ns.is_some_and(|t| t <= now_ns)
+            {
+                due.push((sid, i.vps));
+            }
+        }
+        let closed = s.rcane.expire(now_ns);
+        for c in closed {
+            tracing::info!(session = %c.session, "session closed: its credential expired");
+            let vps = due.iter().find(|d| d.0 == c.session).map(|d| d.1.clone()).unwrap_or_default();
+            self.session_gone(c.session, &vps, now_ms);
+        }
+    }
+}
+
+impl Node {
+    /// The `sessions` section of `anode status`: every session with its
+    /// VPs (guarantee, share received over its recent periods), pools
+    /// (queued, refused) and charges; `None` when RCANE is off.
+    pub fn sessions_json(&mut self, now_ns: u64) -> Option<serde_json::Value> {
+        use serde_json::json;
+        let s = self.sched.as_mut()?;
+        let now_ns = now_ns.max(s.rcane.sched().now());
+        let ids: Vec<SessionId> = s.rcane.sessions().collect();
+        let mut sessions = Vec::new();
+        for sid in ids {
+            let Ok(i) = s.rcane.session_info(sid, now_ns) else { continue };
+            let vps: Vec<serde_json::Value> = i
+                .vps
+                .iter()
+                .map(|(vp, p)| {
+                    let (mut periods, mut slice, mut got, mut met) = (0u64, 0u64, 0u64, 0u64);
+                    if let Ok(recent) = s.rcane.sched().recent_periods(*vp) {
+                        for r in recent {
+                            periods += 1;
+                            slice += r.slice_ns;
+                            got += r.received_ns;
+                            met += u64::from(r.honoured(0.95));
+                        }
+                    }
+                    let info = s.rcane.sched().info(*vp).ok();
+                    json!({
+                        "vp": vp.to_raw(),
+                        "slice_ns": p.slice_ns, "period_ns": p.period_ns, "extra": p.extra,
+                        "guaranteed_share": p.slice_ns as f64 / p.period_ns.max(1) as f64,
+                        "recent_periods": periods,
+                        "received_share_of_slice": if slice > 0 { got as f64 / slice as f64 } else { 0.0 },
+                        "periods_with_95pct_of_slice": met,
+                        "runnable": info.map(|x| x.runnable),
+                        "received_ns_total": info.map(|x| {
+                            json!({"guaranteed": x.totals.guaranteed_ns, "overrun": x.totals.overrun_ns,
+                                   "slack": x.totals.slack_ns, "periods": x.totals.periods,
+                                   "dispatches": x.totals.dispatches})
+                        }),
+                    })
+                })
+                .collect();
+            let pools: Vec<serde_json::Value> = i
+                .pools
+                .iter()
+                .map(|p| {
+                    json!({"pool": p.pool.to_raw(), "queued": p.queued, "in_progress": p.in_progress,
+                           "max_queued": p.spec.max_queued, "stats": format!("{:?}", p.stats)})
+                })
+                .collect();
+            let a = i.account;
+            sessions.push(json!({
+                "session": sid.to_raw(),
+                "owner": i.owner.to_string(),
+                "share_ppm": i.share_ppm,
+                "expires_in_ms": i.expires_at_ns.map(|t| t.saturating_sub(now_ns) / 1_000_000),
+                "vps": vps,
+                "pools": pools,
+                "charges": {
+                    "cpu_guaranteed_ns": a.cpu_guaranteed_ns, "cpu_slack_ns": a.cpu_slack_ns,
+                    "tx_packets": a.tx_packets, "tx_bytes": a.tx_bytes,
+                    "rx_packets": a.rx_packets, "rx_bytes": a.rx_bytes,
+                    "module_loads": a.module_loads, "heap_byte_seconds": (a.heap_byte_ns / 1_000_000_000) as u64,
+                },
+            }));
+        }
+        Some(json!({
+            "counters": s.counters,
+            "orphan_cpu_ns": s.rcane.orphan_cpu_ns(),
+            "total_share_ppm": s.rcane.sched().total_share_ppm(),
+            "sessions": sessions,
+        }))
+    }
+}
