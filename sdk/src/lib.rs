@@ -137,6 +137,27 @@ macro_rules! entries {
     };
 }
 
+/// Like [`entries!`], then runs `init()` once the entries are registered
+/// (to open channels or arm alarms that name them):
+/// `entries_init! { init = setup; "work" => work, "stop" => stop }`.
+#[macro_export]
+macro_rules! entries_init {
+    (init = $init:path; $($name:literal => $f:path),* $(,)?) => {
+        #[unsafe(no_mangle)]
+        pub extern "C" fn anode_init() {
+            $(
+                {
+                    extern "C" fn trampoline(arg: i32, len: i32) -> i32 {
+                        $f($crate::Event { arg, len: len.max(0) as usize })
+                    }
+                    let _ = $crate::register($name, trampoline);
+                }
+            )*
+            $init();
+        }
+    };
+}
+
 /// `log`: rate-limited messages to the node's log.
 pub mod log {
     /// Logs `msg`; `false` if the rate limit dropped it.
