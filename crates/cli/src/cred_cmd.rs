@@ -36,7 +36,7 @@ pub enum CredCmd {
     ///   anode cred issue --admin-key admin.key --principal alice.pub --kind session
     ///       --vp-share 10% --total-share 30% --heap 64MiB --tx 10Mbit/s --expires 2030-01-01T00:00:00Z -o s.cred
     #[command(verbatim_doc_comment)]
-    Issue(IssueArgs),
+    Issue(Box<IssueArgs>),
     /// Print every fact and check of every block of a credential, what it
     /// allows in words, and whether its signatures chain to the
     /// administrator's key (exit status 1 if they do not).
@@ -45,7 +45,7 @@ pub enum CredCmd {
     /// expiry, lower limits or ceilings, fewer modules or interfaces). No
     /// secret key is needed, and nobody can widen a credential: facts in
     /// appended blocks are never trusted. Refused if nothing would narrow.
-    Attenuate(AttenuateArgs),
+    Attenuate(Box<AttenuateArgs>),
 }
 
 /// The kind of credential.
@@ -319,9 +319,9 @@ fn only_for(kind: Kind, m: &ModuleOpts, s: &SessionOpts, mon: &MonitorOpts) -> R
 /// Runs `anode cred`.
 pub fn run(c: CredCmd) -> Result<ExitCode> {
     match c {
-        CredCmd::Issue(a) => issue(a),
+        CredCmd::Issue(a) => issue(*a),
         CredCmd::Show(a) => show(a),
-        CredCmd::Attenuate(a) => attenuate(a),
+        CredCmd::Attenuate(a) => attenuate(*a),
     }
 }
 
@@ -455,9 +455,9 @@ fn human_span(d: Duration) -> String {
 
 fn human_bytes(b: u64) -> String {
     for (unit, m) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
-        if b >= m && b % (m / 1024).max(1) == 0 {
+        if b >= m && b.is_multiple_of((m / 1024).max(1)) {
             let v = b as f64 / m as f64;
-            return if b % m == 0 { format!("{} {unit}", b / m) } else { format!("{v:.2} {unit}") };
+            return if b.is_multiple_of(m) { format!("{} {unit}", b / m) } else { format!("{v:.2} {unit}") };
         }
     }
     format!("{b} bytes")
@@ -1288,6 +1288,7 @@ fn refuse_empty(empty: bool, skipped: &[String]) -> Result<()> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
