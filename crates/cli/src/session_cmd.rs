@@ -167,7 +167,7 @@ fn print(reply: &Reply) -> bool {
         }
         Reply::Refused { resource, by, asked, left, allowed } => {
             println!(
-                "refused by the {by}: {resource}: asked {asked}, {left} left on the node, the credential allows {allowed}"
+                "refused by {by}: {resource}: asked {asked}, {left} left on the node, the credential allows {allowed}"
             );
             false
         }

@@ -450,10 +450,50 @@ impl Node {
             Err(anode_cred::CredError::Expired { .. }) => {
                 Err(Reply::Error { code: ErrorCode::CredentialExpired, detail: 0 })
             }
+            Err(anode_cred::CredError::LimitExceeded { resource, requested, allowed }) => {
+                let r = match resource {
+                    "vp_share" => anode_sched::Resource::VpShare,
+                    "total_share" => anode_sched::Resource::Cpu,
+                    "vps" => anode_sched::Resource::Vps,
+                    "extra" => anode_sched::Resource::Extra,
+                    "heap" => anode_sched::Resource::Heap,
+                    "tx" => anode_sched::Resource::Tx,
+                    "rx" => anode_sched::Resource::Rx,
+                    "pools" => anode_sched::Resource::Pools,
+                    _ => anode_sched::Resource::QueuedEvents,
+                };
+                let left = self.left_on_node(r);
+                Err(Reply::Refused { resource: r, by: anode_sched::Limit::Credential, asked: requested, left, allowed })
+            }
             Err(e) => {
                 tracing::debug!(principal = %from, reason = %e, "session credential refused");
                 Err(Reply::Error { code: ErrorCode::CredentialRefused, detail: 0 })
             }
+        }
+    }
+
+    /// What the node has left of a resource (for a refusal's message).
+    fn left_on_node(&mut self, r: anode_sched::Resource) -> u64 {
+        use anode_sched::Resource as R;
+        let Some(s) = self.sched.as_mut() else { return 0 };
+        let cap = s.rcane.config().capacity;
+        let now = s.rcane.sched().now();
+        let ids: Vec<SessionId> = s.rcane.sessions().collect();
+        let (mut cpu, mut heap, mut tx, mut rx) = (0u64, 0u64, 0u64, 0u64);
+        for sid in ids {
+            if let Ok(i) = s.rcane.session_info(sid, now) {
+                cpu = cpu.saturating_add(i.share_ppm);
+                heap = heap.saturating_add(i.heap_bytes);
+                tx = tx.saturating_add(i.tx_bytes_per_sec);
+                rx = rx.saturating_add(i.rx_bytes_per_sec);
+            }
+        }
+        match r {
+            R::Cpu | R::VpShare => cap.cpu_ppm.saturating_sub(cpu),
+            R::Heap => cap.heap_bytes.saturating_sub(heap),
+            R::Tx => cap.tx_bytes_per_sec.saturating_sub(tx),
+            R::Rx => cap.rx_bytes_per_sec.saturating_sub(rx),
+            _ => u64::MAX,
         }
     }
 

@@ -1,0 +1,173 @@
+//! RCANE sessions on real daemons (issue 14): a principal opens a session
+//! over its SA with a session credential; a CPU-bound module it loaded
+//! runs in that session's VP; requests above the credential or the node's
+//! capacity, with a forged credential, or naming another principal's
+//! session are refused with typed answers; closing frees the reservation.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{ANODE, Scratch, first_listen, modules_dir, status, text, up_line3, user_keys};
+use std::path::Path;
+use std::process::{Command, Output};
+
+struct Env {
+    s: Scratch,
+    admin: std::path::PathBuf,
+    node: String,
+    node_key: std::path::PathBuf,
+}
+
+impl Env {
+    fn run(&self, key: &Path, args: &[&str]) -> Output {
+        Command::new(ANODE)
+            .args(args)
+            .args(["--node", &self.node, "--node-key"])
+            .arg(&self.node_key)
+            .arg("--key")
+            .arg(key)
+            .output()
+            .unwrap()
+    }
+
+    fn cred(&self, principal: &Path, name: &str, args: &[&str]) -> std::path::PathBuf {
+        let out = self.s.0.join(name);
+        let o = Command::new(ANODE)
+            .args(["cred", "issue", "--admin-key"])
+            .arg(&self.admin)
+            .arg("--principal")
+            .arg(principal)
+            .args(args)
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        out
+    }
+}
+
+fn session_of(o: &Output) -> String {
+    let t = String::from_utf8_lossy(&o.stdout);
+    t.split_whitespace().nth(1).unwrap_or_default().to_string()
+}
+
+fn principal_sessions(c: &Path) -> Vec<serde_json::Value> {
+    let st = status(c);
+    st["rcane"]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| !matches!(s["owner"].as_str(), Some("system") | Some("best-effort")))
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn sessions_open_run_modules_refuse_what_is_not_allowed_and_close() {
+    let s = Scratch::new("sessions", "all");
+    let (ukey, upub) = user_keys(&s.0.join("user"), "u");
+    let (mkey, mpub) = user_keys(&s.0.join("mallory"), "m");
+    up_line3(&s, &["--user", upub.to_str().unwrap(), "--user", mpub.to_str().unwrap()]);
+    let c = s.tb().join("c");
+    let env = Env {
+        admin: s.tb().join("keys").join("admin.key"),
+        node: first_listen(&c),
+        node_key: s.tb().join("keys").join("c.pub"),
+        s,
+    };
+    // The user's CPU-bound module, loaded over the network: best-effort first.
+    let burn = modules_dir().join("burn.wasm");
+    let mcred = env.cred(
+        &upub,
+        "burn.cred",
+        &["--kind", "module", "--module", burn.to_str().unwrap(), "--interface", "time", "--cpu", "5000000"],
+    );
+    let o = env.run(&ukey, &["module", "load", burn.to_str().unwrap(), "--credential", mcred.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+
+    // A session credential: at most 40 % per VP and in total.
+    let scred = env.cred(&upub, "u.session", &["--kind", "session", "--vp-share", "40%", "--total-share", "40%"]);
+    let sc = scred.to_str().unwrap();
+    // Above the credential: refused, saying so, and nothing opened.
+    let o = env.run(&ukey, &["session", "open", "--credential", sc, "--vp", "2ms/4ms"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("refused by the credential"), "{}", text(&o));
+    assert!(principal_sessions(&c).is_empty());
+    // Another principal's credential presented by this user: refused.
+    let mcred_s = env.cred(&mpub, "m.session", &["--kind", "session", "--vp-share", "40%", "--total-share", "40%"]);
+    let o = env.run(&ukey, &["session", "open", "--credential", mcred_s.to_str().unwrap(), "--vp", "1ms/4ms"]);
+    assert!(!o.status.success() && text(&o).contains("CredentialRefused"), "{}", text(&o));
+    // A forged credential: refused.
+    let forged = env.s.0.join("forged");
+    let mut bytes = std::fs::read(&scred).unwrap();
+    let n = bytes.len();
+    bytes[n / 2] ^= 0x55;
+    std::fs::write(&forged, &bytes).unwrap();
+    let o = env.run(&ukey, &["session", "open", "--credential", forged.to_str().unwrap(), "--vp", "1ms/4ms"]);
+    assert!(!o.status.success() && text(&o).contains("CredentialRefused"), "{}", text(&o));
+
+    // Within the credential: granted; the module's work moves to the session.
+    let o = env.run(&ukey, &["session", "open", "--credential", sc, "--vp", "1200us/4ms"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let sid = session_of(&o);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let mine = principal_sessions(&c);
+    assert_eq!(mine.len(), 1, "{mine:?}");
+    let vp = &mine[0]["vps"][0];
+    assert_eq!(vp["slice_ns"].as_u64(), Some(1_200_000));
+    assert!(vp["received_ns_total"]["guaranteed"].as_u64().unwrap() > 0, "the VP ran the module: {vp}");
+    assert!(mine[0]["charges"]["cpu_guaranteed_ns"].as_u64().unwrap() > 0, "{}", mine[0]);
+
+    // A second user's credential is fine, but the node has no room for 90 %.
+    let big = env.cred(&mpub, "m.big", &["--kind", "session", "--vp-share", "100%", "--total-share", "100%"]);
+    let o = env.run(&mkey, &["session", "open", "--credential", big.to_str().unwrap(), "--vp", "3600us/4ms"]);
+    assert!(!o.status.success() && text(&o).contains("refused by the node"), "{}", text(&o));
+    // Naming the user's session: not Mallory's to show, change or close.
+    for args in [vec!["session", "show", &sid], vec!["session", "close", &sid]] {
+        let o = env.run(&mkey, &args);
+        assert!(!o.status.success() && text(&o).contains("SessionNotYours"), "{args:?}: {}", text(&o));
+    }
+    let o = env.run(&ukey, &["session", "list"]);
+    assert!(o.status.success() && text(&o).contains(&format!("session {sid}")), "{}", text(&o));
+    // Change it at run time, within the credential, then beyond it.
+    let vpid = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("vp "))
+        .unwrap()
+        .split(':')
+        .next()
+        .unwrap()
+        .to_string();
+    let o = env.run(&ukey, &["session", "reserve", &sid, "--change", &format!("{vpid}=1ms/4ms")]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = env.run(&ukey, &["session", "reserve", &sid, "--vp", "1ms/4ms"]);
+    assert!(!o.status.success() && text(&o).contains("refused by the credential"), "{}", text(&o));
+
+    // Closing frees it; the module goes back to best-effort.
+    let o = env.run(&ukey, &["session", "close", &sid]);
+    assert!(o.status.success() && text(&o).contains("closed"), "{}", text(&o));
+    assert!(principal_sessions(&c).is_empty());
+    let st = status(&c);
+    assert!(st["rcane"]["counters"]["session_refused"].as_u64().unwrap() >= 6, "{}", st["rcane"]["counters"]);
+    assert!(st["modules"]["invocations"].as_u64().unwrap() > 10, "the module kept running: {}", st["modules"]);
+}
+
+#[test]
+fn an_expired_session_credential_is_refused() {
+    let s = Scratch::new("sessions", "expired");
+    let (ukey, upub) = user_keys(&s.0.join("user"), "u");
+    up_line3(&s, &["--user", upub.to_str().unwrap()]);
+    let c = s.tb().join("c");
+    let env = Env {
+        admin: s.tb().join("keys").join("admin.key"),
+        node: first_listen(&c),
+        node_key: s.tb().join("keys").join("c.pub"),
+        s,
+    };
+    let scred = env.cred(&upub, "u.session", &["--kind", "session", "--expires", "1s"]);
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let o = env.run(&ukey, &["session", "open", "--credential", scred.to_str().unwrap(), "--vp", "100us/4ms"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("CredentialExpired") || text(&o).contains("CredentialRefused"), "{}", text(&o));
+}
