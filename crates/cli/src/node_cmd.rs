@@ -26,6 +26,10 @@ pub struct NodeArgs {
     /// Check the configuration and topology, print a summary, and exit.
     #[arg(long)]
     check: bool,
+    /// Append every virtual processor's completed scheduling periods to
+    /// this CSV file (for the Fig. 11 experiment; see docs/rcane.md).
+    #[arg(long, value_name = "FILE")]
+    period_log: Option<PathBuf>,
 }
 
 /// Arguments of `anode status`.
@@ -86,7 +90,7 @@ pub fn run(a: NodeArgs) -> Result<ExitCode> {
         println!("run directory {}", daemon::run_dir_of(c).display());
         return Ok(ExitCode::SUCCESS);
     }
-    match daemon::run(&cfg, &Options { signals: true }) {
+    match daemon::run(&cfg, &Options { signals: true, period_log: a.period_log.clone() }) {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(e) => {
             tracing::error!("{}: {e}", cfg.path.display());

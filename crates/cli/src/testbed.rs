@@ -135,6 +135,10 @@ pub struct UpArgs {
     /// Noise XX (for `anode module load`); may be repeated.
     #[arg(long)]
     pub user: Vec<PathBuf>,
+    /// Each node appends its virtual processors' scheduling periods to
+    /// NODE_DIR/periods.csv (`anode node --period-log`; Fig. 11).
+    #[arg(long)]
+    pub period_log: bool,
 }
 
 /// Security settings for a plan: the mode, and every node's public key and
@@ -730,7 +734,7 @@ fn up(a: UpArgs) -> Result<ExitCode> {
     }
     drop(held);
     let mut started = Vec::new();
-    let result = start_nodes(&dir, &plan, &mut started)
+    let result = start_nodes(&dir, &plan, a.period_log, &mut started)
         .and_then(|()| wait_ready(&mut started, &plan, Duration::from_secs(a.timeout)));
     if let Err(e) = result {
         abort(&mut started, &namespaces);
@@ -868,7 +872,7 @@ fn configs_summary(dir: &Path, plan: &Plan, netns: bool) -> String {
 
 /// Starts every node of the plan, in its namespace if it has one, its
 /// output to DIR/<name>/node.log; what started is in `started`.
-fn start_nodes(dir: &Path, plan: &Plan, started: &mut Vec<Started>) -> Result<()> {
+fn start_nodes(dir: &Path, plan: &Plan, period_log: bool, started: &mut Vec<Started>) -> Result<()> {
     let exe = std::env::current_exe().context("locating the anode executable")?;
     for n in &plan.nodes {
         let nd = dir.join(&n.name);
@@ -890,6 +894,9 @@ fn start_nodes(dir: &Path, plan: &Plan, started: &mut Vec<Started>) -> Result<()
             None => Command::new(&exe),
         };
         cmd.arg("node").arg("--config").arg(&config);
+        if period_log {
+            cmd.arg("--period-log").arg(nd.join("periods.csv"));
+        }
         cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
         // Own process group: Ctrl-C in the terminal that ran `up` (or a
         // script around it) does not reach the nodes.

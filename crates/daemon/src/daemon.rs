@@ -26,6 +26,7 @@ use nix::sys::socket::{MultiHeaders, SockaddrStorage};
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use socket2::Socket;
+use std::io::Write as _;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -42,6 +43,10 @@ pub struct Options {
     /// daemon runs in the main thread of its own process (as `anode node`
     /// does), before other threads start.
     pub signals: bool,
+    /// Append every virtual processor's completed periods (the scheduler's
+    /// period records) to this CSV file, for experiments (Fig. 11). Written
+    /// in batches, flushed every 100 ms and at exit.
+    pub period_log: Option<PathBuf>,
 }
 
 /// Daemon-level counters, beside the node's.
@@ -115,6 +120,8 @@ pub struct Daemon {
     pub(crate) control: UnixListener,
     pub(crate) metrics: Option<TcpListener>,
     pub(crate) signals: Option<SignalFd>,
+    /// The period log, when asked for, and when it was last flushed.
+    period_log: Option<(std::io::BufWriter<std::fs::File>, Instant)>,
     pub(crate) epoll: Epoll,
     pub(crate) timer: TimerFd,
     /// The deadline the timer is armed for.
@@ -318,6 +325,16 @@ impl Daemon {
             no_input: [Vec::new()],
             app_buf: vec![0; local::MAX_MESSAGE + 1],
             msg: Vec::with_capacity(3 + blen),
+            period_log: match &opts.period_log {
+                None => None,
+                Some(p) => {
+                    let f =
+                        std::fs::File::create(p).map_err(|source| DaemonError::ReadFile { file: p.clone(), source })?;
+                    let mut w = std::io::BufWriter::new(f);
+                    let _ = writeln!(w, "{PERIOD_LOG_HEADER}");
+                    Some((w, Instant::now()))
+                }
+            },
             started,
             stats: LocalStats::default(),
             droplog: DropLog::new(),
@@ -424,6 +441,33 @@ impl Daemon {
         self.started.elapsed().as_nanos().min(u64::MAX as u128) as u64
     }
 
+    /// Drains the scheduler's completed periods into the period log (or
+    /// drops them when there is none); flushes every 100 ms, or now.
+    fn write_periods(&mut self, flush: bool) {
+        let Some((w, last)) = self.period_log.as_mut() else {
+            self.node.drain_periods(&mut |_| {});
+            return;
+        };
+        self.node.drain_periods(&mut |r| {
+            let _ = writeln!(
+                w,
+                "{},{},{},{},{},{},{},{}",
+                r.vp,
+                r.owner,
+                r.start_ns,
+                r.end_ns,
+                r.slice_ns,
+                r.received_ns,
+                r.slack_ns,
+                u8::from(r.idle)
+            );
+        });
+        if flush || last.elapsed() >= Duration::from_millis(100) {
+            let _ = w.flush();
+            *last = Instant::now();
+        }
+    }
+
     /// Runs one dispatch of module work, if a virtual processor is
     /// runnable: at most its budget of wall time (checked at every
     /// preemption point), charged with what the thread CPU clock measured.
@@ -488,7 +532,9 @@ impl Daemon {
             }
             self.timeouts(Instant::now());
             more = self.run_sessions();
+            self.write_periods(false);
         }
+        self.write_periods(true);
         self.log_drops(Instant::now() + DROP_LOG_INTERVAL);
         self.log_summary();
         Ok(())
@@ -618,6 +664,12 @@ impl Daemon {
         );
     }
 }
+
+/// The period log's header: VP and session handles (INDEX.GENERATION),
+/// the interval in ns since the daemon started, the CPU guaranteed and
+/// received in it (ns), the part that was slack, and whether the VP was
+/// idle for part of it.
+pub const PERIOD_LOG_HEADER: &str = "vp,session,start_ns,end_ns,slice_ns,received_ns,slack_ns,idle";
 
 /// CPU time this thread has used, ns (what a dispatch is charged with).
 fn thread_cpu_ns() -> u64 {

@@ -10,6 +10,7 @@
 //! anode node's own run.
 
 mod fig11;
+mod periods;
 mod plot;
 
 use anode_sched::trace::{self, Trace};
@@ -35,6 +36,9 @@ pub enum ExperimentCmd {
         #[arg(short, long, default_value = "fig11.png")]
         output: PathBuf,
     },
+    /// A Fig. 11 trace from a node's period log (`anode node --period-log`).
+    #[command(name = "from-periods")]
+    FromPeriods(periods::FromPeriodsArgs),
     /// Per-load statistics of Fig. 11 traces: percentiles of the share per
     /// period and the fraction of periods with at least 95 % of the slice.
     Stats {
@@ -51,6 +55,7 @@ pub enum ExperimentCmd {
 pub fn run(c: ExperimentCmd) -> Result<std::process::ExitCode> {
     match c {
         ExperimentCmd::Fig11(a) => fig11::run(a),
+        ExperimentCmd::FromPeriods(a) => periods::run(a),
         ExperimentCmd::PlotFig11 { csv, output } => {
             let t = load(&csv)?;
             plot::fig11(&t, &output)?;

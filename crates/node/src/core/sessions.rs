@@ -200,6 +200,16 @@ impl Node {
         }
     }
 
+    /// Hands the scheduler's completed-period records to `f` (and forgets
+    /// them).
+    pub fn drain_periods(&mut self, f: &mut dyn FnMut(anode_sched::PeriodRecord)) {
+        if let Some(s) = self.sched.as_mut() {
+            for r in s.rcane.drain_periods() {
+                f(r);
+            }
+        }
+    }
+
     /// Which VP runs now, and for how long (`None`: no module work is
     /// runnable; sleep until [`Node::sched_poll_at`]).
     pub fn pick(&mut self, now_ns: u64) -> Option<Dispatch> {
