@@ -148,6 +148,28 @@ fn sessions_open_run_modules_refuse_what_is_not_allowed_and_close() {
     let o = env.run(&ukey, &["session", "close", &sid]);
     assert!(o.status.success() && text(&o).contains("closed"), "{}", text(&o));
     assert!(principal_sessions(&c).is_empty());
+    // The ledger agrees with the session's final account (within 1 %).
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let field = |name: &str| -> u64 {
+        let i = out.find(&format!("{name}: ")).unwrap() + name.len() + 2;
+        out[i..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+    };
+    let used = field("cpu_guaranteed_ns") + field("cpu_slack_ns");
+    assert!(used > 0);
+    std::thread::sleep(std::time::Duration::from_millis(1600));
+    let o = Command::new(ANODE).args(["account", "--json", "--run-dir"]).arg(&c).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ledger: u64 = v["totals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| !matches!(t["principal"].as_str(), Some("system") | Some("best-effort")))
+        .filter(|t| t["kind"].as_str().is_some_and(|k| k.starts_with("cpu")))
+        .map(|t| t["amount"].as_u64().unwrap())
+        .sum();
+    let diff = (ledger as f64 - used as f64).abs() / used as f64;
+    assert!(diff <= 0.01, "ledger {ledger} ns against the session's {used} ns: {}", v["totals"]);
     let st = status(&c);
     assert!(st["rcane"]["counters"]["session_refused"].as_u64().unwrap() >= 6, "{}", st["rcane"]["counters"]);
     assert!(st["modules"]["invocations"].as_u64().unwrap() > 10, "the module kept running: {}", st["modules"]);

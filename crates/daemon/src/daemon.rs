@@ -120,6 +120,8 @@ pub struct Daemon {
     pub(crate) control: UnixListener,
     pub(crate) metrics: Option<TcpListener>,
     pub(crate) signals: Option<SignalFd>,
+    /// The ledger writer (when RCANE is on) and when charges last went to it.
+    ledger: Option<(crate::ledger::LedgerWriter, Instant)>,
     /// The period log, when asked for, and when it was last flushed.
     period_log: Option<(std::io::BufWriter<std::fs::File>, Instant)>,
     pub(crate) epoll: Epoll,
@@ -325,6 +327,7 @@ impl Daemon {
             no_input: [Vec::new()],
             app_buf: vec![0; local::MAX_MESSAGE + 1],
             msg: Vec::with_capacity(3 + blen),
+            ledger: None,
             period_log: match &opts.period_log {
                 None => None,
                 Some(p) => {
@@ -342,6 +345,12 @@ impl Daemon {
             stopping: false,
             _files: files,
         };
+        if d.node.rcane_on() {
+            let file = d.run_dir.join("ledger.db");
+            let w = crate::ledger::LedgerWriter::start(&file, &d.node.address().to_string())
+                .map_err(|reason| DaemonError::Ledger { file, reason })?;
+            d.ledger = Some((w, Instant::now()));
+        }
         d.load_start_modules()?;
         d.log_start();
         Ok(d)
@@ -441,6 +450,24 @@ impl Daemon {
         self.started.elapsed().as_nanos().min(u64::MAX as u128) as u64
     }
 
+    /// Sends what sessions were charged to the ledger writer, once per
+    /// flush interval, or now (at exit: then waits for the final write).
+    fn record_charges(&mut self, last: bool) {
+        let Some((_, at)) = self.ledger.as_ref() else { return };
+        if !last && at.elapsed() < crate::ledger::FLUSH_INTERVAL {
+            return;
+        }
+        let now_ns = self.now_ns();
+        let (charges, events) = self.node.drain_charges(now_ns);
+        if let Some((w, at)) = self.ledger.as_mut() {
+            w.send(charges, &events);
+            *at = Instant::now();
+            if last {
+                w.finish();
+            }
+        }
+    }
+
     /// Drains the scheduler's completed periods into the period log (or
     /// drops them when there is none); flushes every 100 ms, or now.
     fn write_periods(&mut self, flush: bool) {
@@ -533,8 +560,10 @@ impl Daemon {
             self.timeouts(Instant::now());
             more = self.run_sessions();
             self.write_periods(false);
+            self.record_charges(false);
         }
         self.write_periods(true);
+        self.record_charges(true);
         self.log_drops(Instant::now() + DROP_LOG_INTERVAL);
         self.log_summary();
         Ok(())
@@ -672,7 +701,7 @@ impl Daemon {
 pub const PERIOD_LOG_HEADER: &str = "vp,session,start_ns,end_ns,slice_ns,received_ns,slack_ns,idle";
 
 /// CPU time this thread has used, ns (what a dispatch is charged with).
-fn thread_cpu_ns() -> u64 {
+pub(crate) fn thread_cpu_ns() -> u64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
         .map_or(0, |t| (t.tv_sec() as u64).saturating_mul(1_000_000_000).saturating_add(t.tv_nsec() as u64))
 }

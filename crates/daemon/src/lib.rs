@@ -41,6 +41,7 @@ mod control;
 pub mod daemon;
 mod droplog;
 pub mod files;
+mod ledger;
 pub mod ratelog;
 mod udp;
 
@@ -87,6 +88,14 @@ const TOKEN_APP_CLIENT: u64 = 1 << 34;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DaemonError {
+    /// The accounting ledger cannot be opened.
+    #[error("ledger {}: {reason}", file.display())]
+    Ledger {
+        /// The ledger file.
+        file: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// The resource-control configuration is invalid.
     #[error("resource control: {0}")]
     Rcane(String),

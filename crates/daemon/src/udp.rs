@@ -37,6 +37,8 @@ impl Daemon {
             }
         };
         let now_ms = self.now_ms();
+        let cpu0 = if self.node.rcane_on() { crate::daemon::thread_cpu_ns() } else { 0 };
+        let rx_bytes: usize = self.rx.lens[..n].iter().sum();
         let Rx { bufs, lens, outs, froms, .. } = &mut self.rx;
         for i in 0..n {
             outs[i].clear();
@@ -51,6 +53,13 @@ impl Daemon {
         send_transmits(&self.udp, &mut self.tx_hdrs, &mut self.node, &mut self.droplog, &outs[..n], &bufs[..n]);
         let mut local = Local { clients: &mut self.clients, epoll: &self.epoll, stats: &mut self.stats };
         local.deliver(&mut self.node, &mut self.msg, &outs[..n], &bufs[..n]);
+        if self.node.rcane_on() {
+            // Network input runs between dispatches, for Best-Effort (SNAP,
+            // forwarding) and System (handshakes, control): charged to
+            // Best-Effort as one batch.
+            let used = crate::daemon::thread_cpu_ns().saturating_sub(cpu0);
+            self.node.charge_outside(anode_node::core::Owner::BestEffort, used, n as u64, rx_bytes as u64);
+        }
     }
 }
 

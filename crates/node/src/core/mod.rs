@@ -254,7 +254,7 @@ pub struct Node {
     /// borrowed: (port, source, payload).
     to_channels: Vec<(u16, Ipv4Addr, Vec<u8>)>,
     /// RCANE scheduling of module work, when on.
-    sched: Option<Box<sessions::Sched>>,
+    pub(super) sched: Option<Box<sessions::Sched>>,
 }
 
 impl Node {

@@ -71,6 +71,12 @@ impl Node {
         self.set_now(now_ms);
         let mark = out.transmits.len();
         let r = self.with_sandbox(now_ms, out, |sb, now, a| sb.load_once(now, spec, a));
+        if let (Some(Ok((_, false))), Some(p)) = (&r, spec.requester)
+            && let Some(s) = self.sched.as_mut()
+        {
+            let sid = s.session_of(Owner::Principal(p));
+            let _ = s.rcane.charge_module_load(sid);
+        }
         self.protect(&[], out, mark, now_ms);
         match r {
             None => Err(LoadFailure::ModulesOff),

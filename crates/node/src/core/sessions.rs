@@ -210,6 +210,16 @@ impl Node {
         }
     }
 
+    /// What every session used since the last call, and the sessions
+    /// opened and closed: for the ledger.
+    pub fn drain_charges(&mut self, now_ns: u64) -> (Vec<anode_sched::Charge>, Vec<anode_sched::SessionEvent>) {
+        let Some(s) = self.sched.as_mut() else { return (Vec::new(), Vec::new()) };
+        let now_ns = now_ns.max(s.rcane.sched().now());
+        let c = s.rcane.drain_charges(now_ns);
+        let e = s.rcane.drain_events().collect();
+        (c, e)
+    }
+
     /// Which VP runs now, and for how long (`None`: no module work is
     /// runnable; sleep until [`Node::sched_poll_at`]).
     pub fn pick(&mut self, now_ns: u64) -> Option<Dispatch> {
@@ -304,12 +314,13 @@ impl Node {
         }
     }
 
-    /// Charges CPU used outside dispatches (network input, the control
-    /// plane) to System or Best-Effort.
-    pub fn charge_outside(&mut self, owner: Owner, used_ns: u64) {
+    /// Charges work done outside dispatches (a receive batch: its thread
+    /// CPU time and the datagrams received) to System or Best-Effort.
+    pub fn charge_outside(&mut self, owner: Owner, used_ns: u64, rx_packets: u64, rx_bytes: u64) {
         if let Some(s) = self.sched.as_mut() {
             let sid = s.session_of(owner);
             let _ = s.rcane.charge_cpu(sid, used_ns, anode_sched::DispatchKind::Guaranteed);
+            let _ = s.rcane.charge_rx(sid, rx_packets, rx_bytes);
         }
     }
 
