@@ -27,11 +27,73 @@ pub enum ModuleCmd {
         #[command(flatten)]
         target: crate::sa_client::Target,
     },
+    /// List the modules a node runs: for whom (principal), under which
+    /// names, with which limits, until when its credential allows each,
+    /// and their counters. Over the node's control socket (local operator).
+    List {
+        /// The node's run directory.
+        #[arg(long, value_name = "DIR")]
+        run_dir: PathBuf,
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Unload a module (the operator's decision; its alarms, channels and
+    /// names go with it). Over the node's control socket.
+    Unload {
+        /// The module id (`m3` or `3`, as `list` shows it).
+        id: String,
+        /// The node's run directory.
+        #[arg(long, value_name = "DIR")]
+        run_dir: PathBuf,
+    },
+}
+
+fn control(run_dir: &std::path::Path, req: &str) -> Result<String> {
+    anode_daemon::query(run_dir, req, std::time::Duration::from_secs(5)).with_context(|| {
+        format!("no node answers on {} (is it running?)", run_dir.join(anode_daemon::CONTROL_SOCKET).display())
+    })
 }
 
 /// Runs `anode module`.
 pub fn run(c: ModuleCmd) -> Result<ExitCode> {
-    let ModuleCmd::Load { file, credential, name, target } = c;
+    let (file, credential, name, target) = match c {
+        ModuleCmd::Load { file, credential, name, target } => (file, credential, name, target),
+        ModuleCmd::List { run_dir, json } => {
+            let answer = control(&run_dir, "modules")?;
+            if json {
+                print!("{answer}");
+                return Ok(ExitCode::SUCCESS);
+            }
+            let v: serde_json::Value = serde_json::from_str(&answer).context("the node's answer is not JSON")?;
+            let list = v.as_array().cloned().unwrap_or_default();
+            if list.is_empty() {
+                println!("no modules loaded");
+            }
+            for m in list {
+                let s = |k: &str| m[k].as_str().unwrap_or("?").to_string();
+                let until = m["until_unix_s"].as_u64().map_or("no expiry".to_string(), |t| format!("until unix {t}"));
+                println!(
+                    "{} principal {} names {} entries {} {}; invocations {} (traps {}, cpu {}, memory {})",
+                    s("id"),
+                    s("principal"),
+                    m["names"],
+                    m["entries"],
+                    until,
+                    m["counters"]["invocations"],
+                    m["counters"]["traps"],
+                    m["counters"]["cpu_exhausted"],
+                    m["counters"]["memory_exhausted"]
+                );
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        ModuleCmd::Unload { id, run_dir } => {
+            let answer = control(&run_dir, &format!("unload {id}"))?;
+            print!("{answer}");
+            return Ok(if answer.starts_with("error") { ExitCode::from(1) } else { ExitCode::SUCCESS });
+        }
+    };
     let code = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
     let cred = std::fs::read(&credential).with_context(|| format!("reading {}", credential.display()))?;
     let mut body = Vec::new();

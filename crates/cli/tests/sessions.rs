@@ -193,3 +193,64 @@ fn an_expired_session_credential_is_refused() {
     assert!(!o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("CredentialExpired") || text(&o).contains("CredentialRefused"), "{}", text(&o));
 }
+
+#[test]
+fn the_operator_lists_and_unloads_modules() {
+    let s = Scratch::new("sessions", "modules");
+    let (ukey, upub) = user_keys(&s.0.join("user"), "u");
+    up_line3(&s, &["--user", upub.to_str().unwrap()]);
+    let c = s.tb().join("c");
+    let env = Env {
+        admin: s.tb().join("keys").join("admin.key"),
+        node: first_listen(&c),
+        node_key: s.tb().join("keys").join("c.pub"),
+        s,
+    };
+    let burn = modules_dir().join("burn.wasm");
+    let mcred = env.cred(
+        &upub,
+        "burn.cred",
+        &[
+            "--kind",
+            "module",
+            "--module",
+            burn.to_str().unwrap(),
+            "--interface",
+            "time",
+            "--cpu",
+            "5000000",
+            "--expires",
+            "1h",
+        ],
+    );
+    let o = env.run(&ukey, &["module", "load", burn.to_str().unwrap(), "--credential", mcred.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let list = |json: bool| {
+        let mut cmd = Command::new(ANODE);
+        cmd.args(["module", "list", "--run-dir"]).arg(&c);
+        if json {
+            cmd.arg("--json");
+        }
+        cmd.output().unwrap()
+    };
+    let o = list(true);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let m = &v[0];
+    let user = anode_sec::Identity::load(&ukey).unwrap();
+    assert_eq!(m["principal"].as_str().unwrap(), anode_cred::PrincipalId(*user.public().as_bytes()).to_string());
+    assert!(m["entries"].as_array().unwrap().iter().any(|e| e == "work"), "{m}");
+    assert!(m["until_unix_s"].as_u64().is_some(), "the credential's expiry is shown: {m}");
+    let id = m["id"].as_str().unwrap().to_string();
+    assert!(text(&list(false)).contains(&id));
+    let unload = |id: &str| Command::new(ANODE).args(["module", "unload", id, "--run-dir"]).arg(&c).output().unwrap();
+    let o = unload(&id);
+    assert!(o.status.success() && text(&o).contains("unloaded"), "{}", text(&o));
+    assert!(text(&list(false)).contains("no modules loaded"));
+    let o = unload(&id);
+    assert!(!o.status.success() && text(&o).contains("no module"), "{}", text(&o));
+    // Its alarm chain stopped with it: no more invocations.
+    let before = status(&c)["modules"]["invocations"].as_u64().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(status(&c)["modules"]["invocations"].as_u64().unwrap(), before);
+}

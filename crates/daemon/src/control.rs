@@ -61,6 +61,10 @@ impl AsFd for Stream {
 pub(crate) enum Request {
     /// Control `status`: counters JSON.
     Status,
+    /// Control `modules`: the loaded modules, for whom, until when (JSON).
+    Modules,
+    /// Control `unload ID`: the operator unloads a module.
+    Unload(u32),
     /// Control `metrics` or HTTP `GET /metrics`: Prometheus text.
     Metrics,
     /// An unknown control request (its first line).
@@ -175,7 +179,11 @@ pub(crate) fn parse_control(b: &[u8]) -> Request {
     match line {
         "status" => Request::Status,
         "metrics" => Request::Metrics,
-        other => Request::UnknownControl(other.chars().take(64).collect()),
+        "modules" => Request::Modules,
+        other => match other.strip_prefix("unload ").map(|n| n.trim().trim_start_matches('m').parse::<u32>()) {
+            Some(Ok(id)) => Request::Unload(id),
+            _ => Request::UnknownControl(other.chars().take(64).collect()),
+        },
     }
 }
 
@@ -345,8 +353,21 @@ impl Daemon {
             (R::Metrics, true) => {
                 http_response("200 OK", "text/plain; version=0.0.4; charset=utf-8", self.metrics_text().as_bytes())
             }
+            (R::Modules, _) => {
+                let mut v = serde_json::to_vec_pretty(&self.node.modules_list_json()).unwrap_or_default();
+                v.push(b'\n');
+                v
+            }
+            (R::Unload(id), _) => match self.node.unload_module(*id) {
+                Some(p) => {
+                    tracing::info!(module = id, principal = %p, "module unloaded by the operator");
+                    format!("unloaded m{id} (principal {p})\n").into_bytes()
+                }
+                None => format!("error: no module m{id} is loaded\n").into_bytes(),
+            },
             (R::UnknownControl(l), _) => {
-                format!("error: unknown request {l:?} (try \"status\" or \"metrics\")\n").into_bytes()
+                format!("error: unknown request {l:?} (try \"status\", \"metrics\", \"modules\" or \"unload ID\")\n")
+                    .into_bytes()
             }
             (R::HttpNotFound, _) => http_response("404 Not Found", "text/plain", b"not found; try /metrics\n"),
         }

@@ -16,7 +16,7 @@
 use super::{Node, Outbox, Owner, Run, Transmit};
 use crate::counters::Drop;
 use crate::switchlets::Switch;
-use anode_sandbox::{Action, CapsuleError, Invocation, LoadError, LoadSpec, ModuleId, Now, Sandbox};
+use anode_sandbox::{Action, CapsuleError, Invocation, LoadError, LoadSpec, ModuleId, Now, PrincipalId, Sandbox};
 use anode_wire::anep;
 use core::net::Ipv4Addr;
 
@@ -39,6 +39,45 @@ impl Node {
     /// (credential expiry).
     pub fn enable_modules(&mut self, sb: Sandbox, unix_ms_at_zero: u64) {
         self.modules = Some(Box::new(Switch { sb, actions: Vec::new(), invocations: Vec::new(), unix_ms_at_zero }));
+    }
+
+    /// Loaded modules (not capsule instances): id, principal, names, code
+    /// hash, entries, interfaces, limits, until when its credential allows
+    /// it, and its counters; `[]` when modules are off.
+    pub fn modules_list_json(&self) -> serde_json::Value {
+        use serde_json::json;
+        let Some(m) = self.modules.as_ref() else { return json!([]) };
+        let list: Vec<serde_json::Value> = m
+            .sb
+            .modules()
+            .into_iter()
+            .filter_map(|id| m.sb.module(id))
+            .map(|i| {
+                let until = i.grant.recheck_at.and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_secs());
+                json!({
+                    "id": i.id.to_string(),
+                    "principal": i.principal.to_string(),
+                    "names": i.names.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+                    "hash": i.hash.to_string(),
+                    "entries": i.entries,
+                    "interfaces": format!("{:?}", i.interfaces),
+                    "limits": {"memory": i.grant.limits.memory, "cpu": i.grant.limits.cpu, "state": i.grant.limits.state},
+                    "until_unix_s": until,
+                    "memory_used": m.sb.memory_used(&i.principal),
+                    "counters": {"invocations": i.counters.invocations, "ok": i.counters.ok, "traps": i.counters.traps,
+                                 "cpu_exhausted": i.counters.cpu_exhausted, "memory_exhausted": i.counters.memory_exhausted},
+                })
+            })
+            .collect();
+        json!(list)
+    }
+
+    /// Unloads module `id` (the operator's request); its principal, or
+    /// `None` if no such module is loaded.
+    pub fn unload_module(&mut self, id: u32) -> Option<PrincipalId> {
+        let m = self.modules.as_mut()?;
+        let info = m.sb.module(ModuleId(id)).filter(|i| i.kind == anode_sandbox::ModuleKind::Module)?;
+        m.sb.unload(ModuleId(id)).then_some(info.principal)
     }
 
     /// Whether switchlets and capsules are on.
