@@ -53,6 +53,7 @@ pub fn request(t: &Target, body: &[u8], what: &str) -> Result<Vec<u8>> {
     let deadline = t0 + Duration::from_secs_f64(t.timeout.max(0.1));
     let mut buf = vec![0u8; 65_536];
     let mut sent_request = false;
+    let mut last_error = None;
     while Instant::now() < deadline {
         let mut out = Vec::new();
         links.poll(now_ms(t0), &mut out);
@@ -61,8 +62,10 @@ pub fn request(t: &Target, body: &[u8], what: &str) -> Result<Vec<u8>> {
             let (type_id, ps) = (a.type_id(), a.payload_start());
             match type_id {
                 anep::TYPE_HANDSHAKE => {
+                    // A busy node may answer a retransmitted message twice:
+                    // a late duplicate is not a failure; keep waiting.
                     if let Err(e) = links.handle_handshake(from, &buf[ps..n], now_ms(t0), &mut out) {
-                        bail!("handshake with {node} failed: {e}");
+                        last_error = Some(e.to_string());
                     }
                 }
                 anep::TYPE_AUTH | anep::TYPE_ESP => {
@@ -99,5 +102,8 @@ pub fn request(t: &Target, body: &[u8], what: &str) -> Result<Vec<u8>> {
     if sent_request {
         bail!("no answer from {node}")
     }
-    bail!("no handshake with {node}: is it running, and is this key in its [security] users?")
+    match last_error {
+        Some(e) => bail!("handshake with {node} failed: {e}"),
+        None => bail!("no handshake with {node}: is it running, and is this key in its [security] users?"),
+    }
 }

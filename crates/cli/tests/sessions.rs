@@ -254,3 +254,86 @@ fn the_operator_lists_and_unloads_modules() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert_eq!(status(&c)["modules"]["invocations"].as_u64().unwrap(), before);
 }
+
+/// Hostile modules beside a principal with a reservation (issue 14): the
+/// hostile forwarder of RCANE's Fig. 1 (memory and sends until refused,
+/// forever), a module that re-arms an alarm at 0 ms with nearly no work,
+/// and one that asks for 100,000 alarms (refused at load: its host calls
+/// exhaust its CPU bound), all best-effort.
+/// The principal's session keeps being served in its periods, SNAP pings
+/// through the node keep their answers, and each hostile module ends at
+/// its limit.
+#[test]
+fn hostile_modules_do_not_cost_a_session_its_reservation() {
+    let s = Scratch::new("sessions", "hostile");
+    let (vkey, vpub) = user_keys(&s.0.join("victim"), "v");
+    let (hkey, hpub) = user_keys(&s.0.join("hostile"), "h");
+    up_line3(&s, &["--user", vpub.to_str().unwrap(), "--user", hpub.to_str().unwrap()]);
+    let c = s.tb().join("c");
+    let env = Env {
+        admin: s.tb().join("keys").join("admin.key"),
+        node: first_listen(&c),
+        node_key: s.tb().join("keys").join("c.pub"),
+        s,
+    };
+    let load = |key: &Path, pubk: &Path, name: &str, ifaces: &str, extra: &[&str]| {
+        let wasm = modules_dir().join(format!("{name}.wasm"));
+        let mut args = vec!["--kind", "module", "--module", wasm.to_str().unwrap(), "--interface", ifaces];
+        args.extend_from_slice(extra);
+        let cred = env.cred(pubk, &format!("{name}.cred"), &args);
+        let o = env.run(key, &["module", "load", wasm.to_str().unwrap(), "--credential", cred.to_str().unwrap()]);
+        assert!(o.status.success(), "{name}: {}", text(&o));
+    };
+    // The hostile principal's modules, best-effort.
+    load(&hkey, &hpub, "yielder", "time", &[]);
+    // 100,000 alarms at init: every host call is charged fuel, so the flood
+    // ends on its CPU bound and the load is refused, saying why.
+    let wasm = modules_dir().join("alarms.wasm");
+    let cred = env.cred(
+        &hpub,
+        "alarms.cred",
+        &["--kind", "module", "--module", wasm.to_str().unwrap(), "--interface", "time,state", "--cpu", "10000000"],
+    );
+    let o = env.run(&hkey, &["module", "load", wasm.to_str().unwrap(), "--credential", cred.to_str().unwrap()]);
+    assert!(!o.status.success() && text(&o).contains("CPU bound exceeded"), "{}", text(&o));
+    // Last: it takes all of its principal's memory.
+    load(&hkey, &hpub, "forwarder", "route,net,time", &[]);
+    // The victim's session, then its CPU-bound module.
+    let scred = env.cred(&vpub, "v.session", &["--kind", "session", "--vp-share", "30%", "--total-share", "30%"]);
+    let o = env.run(&vkey, &["session", "open", "--credential", scred.to_str().unwrap(), "--vp", "1ms/4ms"]);
+    assert!(o.status.success(), "{}", text(&o));
+    load(&vkey, &vpub, "burn", "time", &["--cpu", "5000000"]);
+    std::thread::sleep(std::time::Duration::from_millis(2000));
+    // SNAP pings through b to c keep their answers.
+    let o = Command::new(ANODE)
+        .args(["ping", "10.0.0.3", "-c", "3", "-i", "0.1", "-W", "2", "--run-dir"])
+        .arg(env.s.tb().join("a"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let mine = principal_sessions(&c);
+    let victim = mine.iter().find(|s| s["vps"][0]["slice_ns"].as_u64() == Some(1_000_000)).unwrap();
+    let vp = &victim["vps"][0];
+    assert!(vp["received_ns_total"]["guaranteed"].as_u64().unwrap() > 0, "{vp}");
+    assert!(vp["periods_with_95pct_of_slice"].as_u64().unwrap() > 0, "the session got whole slices: {vp}");
+    // Each hostile module ran into its limit, and the node counted it.
+    let o = Command::new(ANODE).args(["module", "list", "--json", "--run-dir"]).arg(&c).output().unwrap();
+    let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let hostile = anode_cred::PrincipalId(*anode_sec::Identity::load(&hkey).unwrap().public().as_bytes()).to_string();
+    let forwarder = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["principal"] == hostile.as_str() && m["entries"].as_array().unwrap().iter().any(|e| e == "flood"))
+        .unwrap();
+    assert!(
+        forwarder["memory_used"].as_u64().unwrap() <= 16 << 20,
+        "the principal stays under its memory cap (16 MiB, its credentials' largest): {forwarder}"
+    );
+    assert!(forwarder["counters"]["invocations"].as_u64().unwrap() > 10, "{forwarder}");
+    let st = status(&c);
+    assert!(st["modules"]["invocations"].as_u64().unwrap() > 100, "{}", st["modules"]);
+    // The forwarder's packets reached b and were dropped there (no listener), 16 per burst at most.
+    let b = status(&env.s.tb().join("b"));
+    assert!(b["drops"]["no_listener"].as_u64().unwrap() > 0, "{}", b["drops"]);
+}

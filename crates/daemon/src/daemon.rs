@@ -8,9 +8,9 @@ use crate::files::{SocketFiles, bind_socket, prepare_run_dir, run_dir_of};
 use crate::udp::Rx;
 use crate::udp::send_transmits;
 use crate::{
-    APP_SOCKET, BATCH, CONTROL_SOCKET, DROP_LOG_INTERVAL, DaemonError, TOKEN_APP, TOKEN_APP_CLIENT, TOKEN_CONN,
-    TOKEN_CONTROL, TOKEN_METRICS, TOKEN_METRICS_CONN, TOKEN_SIGNAL, TOKEN_STOP, TOKEN_TIMER, UDP_SOCKET_BUFFER,
-    interest, ratelog, sys,
+    APP_SOCKET, BATCH, CONTROL_SOCKET, DROP_LOG_INTERVAL, DaemonError, MAX_DATAGRAM, TOKEN_APP, TOKEN_APP_CLIENT,
+    TOKEN_CONN, TOKEN_CONTROL, TOKEN_METRICS, TOKEN_METRICS_CONN, TOKEN_SIGNAL, TOKEN_STOP, TOKEN_TIMER,
+    UDP_SOCKET_BUFFER, interest, ratelog, sys,
 };
 use anode_node::config::ConfigError;
 use anode_node::config::{NodeConfig, Topology};
@@ -289,7 +289,11 @@ impl Daemon {
             interest(m, &epoll, EpollFlags::EPOLLIN, TOKEN_METRICS)?;
         }
 
-        let blen = recv_buffer_len(cfg.mtu);
+        // Room for the largest UDP datagram: a control message (a module
+        // load) is not bound by the MTU, and a shorter buffer truncates it
+        // (it was dropped as `anep_bad_length` above ~2.8 KB). Pages never
+        // written stay unmapped.
+        let blen = recv_buffer_len(cfg.mtu).max(MAX_DATAGRAM);
         let mut d = Daemon {
             rx: Rx {
                 bufs: std::array::from_fn(|_| vec![0; blen]),

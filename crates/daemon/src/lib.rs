@@ -61,6 +61,9 @@ use std::path::PathBuf;
 
 /// Datagrams received (and transmissions sent) per system call.
 pub const BATCH: usize = 32;
+
+/// The largest datagram the daemon receives whole (UDP's limit).
+pub const MAX_DATAGRAM: usize = 65_536;
 /// Requests handled per application client per wakeup (then the loop moves
 /// on, so one client cannot starve the network or the others).
 pub const APP_BATCH: usize = 64;

@@ -167,3 +167,33 @@ fn alarms_and_channels_become_jobs_that_skip_cancelled_work() {
     assert!(sb.start(now(100), alarm).unwrap().is_none());
     assert_eq!(sb.counters().alarms_fired, 1);
 }
+
+#[test]
+fn a_failed_init_leaves_no_handles_behind() {
+    // Arms the principal's every alarm, then traps: nothing may remain
+    // counted against the principal.
+    let mut sb = sandbox();
+    let c = admin(user());
+    // A module of the principal's already lives in its store (else a
+    // failed load frees the store, and the question does not arise).
+    let counter = module("counter");
+    sb.load(now(0), &spec(&counter, Some(c.to_bytes()))).unwrap();
+    let bad = wat(r#"(module
+        (import "time" "set_alarm" (func $set (param i64 i32 i32) (result i32)))
+        (memory (export "memory") 1)
+        (data (i32.const 0) "x")
+        (func (export "anode_init") (local $i i32)
+          (loop $l
+            (drop (call $set (i64.const 1000) (i32.const 0) (i32.const 1)))
+            (local.set $i (i32.add (local.get $i) (i32.const 1)))
+            (br_if $l (i32.lt_u (local.get $i) (i32.const 100))))
+          unreachable))"#);
+    assert!(matches!(sb.load(now(0), &spec(&bad, Some(c.to_bytes()))), Err(LoadError::InitFailed(_))));
+    // The same principal can still arm alarms: the channel module arms one at init.
+    let code = module("channel");
+    let id = sb.load(now(0), &spec(&code, Some(c.to_bytes()))).unwrap();
+    let mut jobs = Vec::new();
+    sb.due_jobs(now(100), &mut jobs);
+    assert_eq!(jobs.len(), 1, "the new module's alarm was armed");
+    assert!(sb.module(id).is_some());
+}

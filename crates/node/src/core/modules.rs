@@ -109,7 +109,12 @@ impl Node {
     ) -> Result<(ModuleId, bool), LoadFailure> {
         self.set_now(now_ms);
         let mark = out.transmits.len();
-        let r = self.with_sandbox(now_ms, out, |sb, now, a| sb.load_once(now, spec, a));
+        let mut r = self.with_sandbox(now_ms, out, |sb, now, a| sb.load_once(now, spec, a));
+        if let (Some(Err(LoadError::Busy)), Some(p)) = (&r, spec.requester)
+            && self.finish_suspended_of(p, now_ms, out)
+        {
+            r = self.with_sandbox(now_ms, out, |sb, now, a| sb.load_once(now, spec, a));
+        }
         if let (Some(Ok((_, false))), Some(p)) = (&r, spec.requester)
             && let Some(s) = self.sched.as_mut()
         {

@@ -124,6 +124,12 @@ impl Sched {
         }
     }
 
+    /// Takes the suspended task of `principal`, if one holds its store.
+    fn take_suspended_of(&mut self, principal: PrincipalId) -> Option<(VpId, PoolId, Task)> {
+        let vp = self.suspended.iter().find(|(_, (_, t))| t.principal() == principal).map(|(vp, _)| *vp)?;
+        self.suspended.remove(&vp).map(|(pool, t)| (vp, pool, t))
+    }
+
     /// Forgets a closed session whose VPs were `vps` (its pools went with
     /// it); returns its suspended tasks, which the caller runs to their end
     /// (bounded by their fuel) so that their stores come back.
@@ -573,6 +579,23 @@ impl Node {
             Ok(g) => Reply::granted(&g),
             Err(e) => Reply::error(&e),
         }
+    }
+
+    /// Runs `principal`'s suspended task to its end (bounded by its fuel),
+    /// so that its store is free (a load for a principal whose module is
+    /// preempted waits for it, rather than being refused). Returns whether
+    /// there was one.
+    pub(super) fn finish_suspended_of(&mut self, principal: PrincipalId, now_ms: u64, out: &mut Outbox) -> bool {
+        let Some(s) = self.sched.as_mut() else { return false };
+        let Some((vp, pool, task)) = s.take_suspended_of(principal) else { return false };
+        self.with_sandbox(now_ms, out, |sb, _, a| sb.resume(task, &mut || true, a));
+        if let Some(s) = self.sched.as_mut() {
+            let now_ns = s.rcane.sched().now();
+            s.counters.jobs_done += 1;
+            let _ = s.rcane.finish_event(pool, now_ns);
+            let _ = s.rcane.set_busy(vp, false, now_ns);
+        }
+        true
     }
 
     /// Cleans up after a closed session: its suspended tasks are run to

@@ -128,6 +128,18 @@ impl Sandbox {
             CpuBound::Fuel => {
                 // Fails only for Some(0), refused in Sandbox::new.
                 yields = self.cfg.yield_fuel.is_some() && store.fuel_async_yield_interval(self.cfg.yield_fuel).is_ok();
+                let cost = self.cfg.host_call_fuel;
+                if cost > 0 {
+                    store.call_hook(move |mut ctx, hook| {
+                        if matches!(hook, wasmtime::CallHook::ReturningFromHost)
+                            && let Ok(f) = ctx.get_fuel()
+                        {
+                            // Out of fuel: the next check in wasm stops it.
+                            let _ = ctx.set_fuel(f.saturating_sub(cost));
+                        }
+                        Ok(())
+                    });
+                }
             }
         }
         let id = self.next_space;
@@ -438,6 +450,7 @@ fn start_instance(
         Err(e) => {
             let ex = store.data().limiter.exceeded;
             drop_call(store);
+            drop(store.data_mut().handles.remove_owner(id.0));
             let cap = store.data().limiter.cap;
             return Err(if ex {
                 LoadError::MemoryLimit { cap }
@@ -456,6 +469,9 @@ fn start_instance(
         if let Err(e) = r {
             let err = classify(&e, store.data().limiter.exceeded);
             drop_call(store);
+            // What its init opened (alarms, channels) goes with it, or the
+            // handles would count against the principal's limits forever.
+            drop(store.data_mut().handles.remove_owner(id.0));
             return Err(LoadError::InitFailed(err));
         }
     }

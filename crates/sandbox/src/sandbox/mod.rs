@@ -84,6 +84,12 @@ pub struct SandboxConfig {
     /// [`Sandbox::resume`] may stop an invocation and continue it later
     /// (`None`: invocations run to their end or their fuel bound).
     pub yield_fuel: Option<u64>,
+    /// With [`CpuBound::Fuel`]: fuel charged for every host call, on top of
+    /// the wasm it ran, so that a module cannot escape its CPU bound (or its
+    /// slice) through cheap-looking host calls: 100,000 refused
+    /// `set_alarm`s cost 100,000 × this. Host calls copy at most a few KiB
+    /// (payloads, state entries, log lines: see [`HostLimits`]).
+    pub host_call_fuel: u64,
 }
 
 impl Default for SandboxConfig {
@@ -102,6 +108,7 @@ impl Default for SandboxConfig {
             verifier: VerifierConfig::default(),
             optimize: true,
             yield_fuel: Some(DEFAULT_YIELD_FUEL),
+            host_call_fuel: DEFAULT_HOST_CALL_FUEL,
         }
     }
 }
@@ -109,6 +116,10 @@ impl Default for SandboxConfig {
 /// Default fuel between preemption points: about 20-50 µs of wasm on this
 /// machine (see docs/benchmarks.md, "Preemption points").
 pub const DEFAULT_YIELD_FUEL: u64 = 50_000;
+
+/// Default fuel charged per host call (about what 500 wasm instructions
+/// take; a host call of anode's interfaces takes 50-500 ns here).
+pub const DEFAULT_HOST_CALL_FUEL: u64 = 500;
 
 /// The wasm engine could not be configured on this host.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
