@@ -666,6 +666,7 @@ impl Vm {
         &self.out
     }
 
+    #[inline(always)]
     fn start_checked<C: NodeContext, T: Tracer>(&mut self, buf: &mut [u8], hdr: Hdr, ctx: &C, tr: &mut T) -> Run {
         let (len, rb) = (hdr.len, hdr.rb);
         // The one cheap guard a checked header still needs: that it was
