@@ -30,6 +30,11 @@
 //!   from that (older) binary, its SNAP and plain trials interleaved with
 //!   this build's in the same run, for a before/after comparison side by
 //!   side (build the baseline from a git worktree of the older commit).
+//! - `ANODE_BENCH_LOADED=N` instead runs, as the second middle node, this
+//!   build with N CPU-bound modules (`modules/out/burn.wasm`, each for its
+//!   own principal, loaded from the node's configuration, running all the
+//!   time): forwarding through a busy node against the same node idle, in
+//!   one run (issue 14). Reported as "loaded/idle" in the baseline table.
 //!
 //! Results: docs/benchmarks.md, "Node daemon (issue 4)".
 //!
@@ -99,6 +104,7 @@ struct Settings {
     pin: bool,
     only: Option<Vec<String>>,
     baseline: Option<PathBuf>,
+    loaded: usize,
 }
 
 fn env_num(name: &str) -> Option<f64> {
@@ -122,6 +128,7 @@ impl Settings {
                 .ok()
                 .map(|v| v.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect()),
             baseline: std::env::var_os("ANODE_BENCH_BASELINE").map(PathBuf::from),
+            loaded: env_num("ANODE_BENCH_LOADED").map_or(0, |n| n.max(0.0) as usize),
         }
     }
     fn wants(&self, part: &str) -> bool {
@@ -628,6 +635,30 @@ fn relay_main(to: &str) {
     receive_loop(&input, &stop, &count, Some((&output, to)));
 }
 
+/// A `[modules]` section loading `n` CPU-bound modules (modules/burn), each
+/// for its own principal, with credentials from a throwaway admin key.
+fn loaded_modules(dir: &Path, n: usize) -> String {
+    use anode_cred::{GrantSpec, Interface, InterfaceSet, Issuer, Limits, ModuleGrant, ModuleHash, PrincipalId};
+    let wasm = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../modules/out/burn.wasm");
+    let code = std::fs::read(&wasm).expect("modules/out/burn.wasm (run scripts/setup)");
+    let issuer = Issuer::from_secret(&[7; 32]).expect("issuer");
+    let admin = anode_sec::Identity::from_seed(&[7; 32]).public().to_string();
+    let mut s = format!("[modules]\nadmin_key = \"{admin}\"\n");
+    for i in 0..n {
+        let spec = GrantSpec {
+            modules: vec![ModuleGrant::Hash(ModuleHash::of(&code))],
+            interfaces: InterfaceSet::of(&[Interface::Time]),
+            limits: Limits { memory: 4 << 20, cpu: 5_000_000, state: 4096 },
+            expires: None,
+        };
+        let cred = issuer.issue(PrincipalId([i as u8 + 1; 32]), &spec).expect("credential");
+        let file = dir.join(format!("burn{i}.cred"));
+        std::fs::write(&file, cred.to_bytes()).expect("credential file");
+        s.push_str(&format!("[[modules.load]]\nfile = \"{}\"\ncredential = \"{}\"\n", wasm.display(), file.display()));
+    }
+    s
+}
+
 /// The throughput rig: daemon b between the harness's a and c sockets, and
 /// the raw relay.
 struct Rig {
@@ -659,15 +690,20 @@ impl Rig {
         if s.pin {
             pin(Pid::from_raw(b.pid()), 1);
         }
-        let base = s.baseline.as_ref().map(|bin| {
+        let second = match (&s.baseline, s.loaded) {
+            (Some(bin), _) => Some((bin.clone(), String::new())),
+            (None, 0) => None,
+            (None, n) => Some((PathBuf::from(ANODE), loaded_modules(dir, n))),
+        };
+        let base = second.map(|(bin, modules)| {
             let ports = free_ports(2);
             let cfg = format!(
-                "address = \"10.0.0.2\"\nmtu = 1400\nrun_dir = \"{}\"\n{}{}",
+                "address = \"10.0.0.2\"\nmtu = 1400\nrun_dir = \"{}\"\n{}{}{modules}",
                 dir.join("b0").join("run").display(),
                 iface("to-a", ports[0], ad(1), port_of(&generator)),
                 iface("to-c", ports[1], ad(3), port_of(&sink)),
             );
-            let d = Daemon::start_bin(bin, dir, "b0", &cfg);
+            let d = Daemon::start_bin(&bin, dir, "b0", &cfg);
             if s.pin {
                 pin(Pid::from_raw(d.pid()), 1);
             }
@@ -927,7 +963,30 @@ fn throughput(dir: &Path, s: &Settings, report: &mut String) -> Option<Rig> {
             );
         }
     }
-    if rig.base.is_some() {
+    if rig.base.is_some() && s.baseline.is_none() {
+        let _ = writeln!(
+            report,
+            "\nThis build idle (b) against the same build running {} CPU-bound modules (b0, `ANODE_BENCH_LOADED`), \
+             same run, interleaved trials; the columns read loaded/idle:\n",
+            s.loaded
+        );
+        let _ = writeln!(report, "| size | path | loaded/idle pkt/s, ratio of medians | loaded/idle fwd CPU µs/pkt |");
+        let _ = writeln!(report, "|---:|---|---:|---:|");
+        for size in SIZES {
+            for (now, base) in [(Kind::Snap, Kind::BaseSnap), (Kind::Plain, Kind::BasePlain)] {
+                let med = |k: Kind, f: &dyn Fn(&Trial) -> f64| {
+                    median(&trials.iter().filter(|t| t.size == size && t.kind == k).map(f).collect::<Vec<_>>())
+                };
+                let _ = writeln!(
+                    report,
+                    "| {size} | {} | {:.3} | {:.3} |",
+                    now.name(),
+                    med(base, &|t| t.rate) / med(now, &|t| t.rate),
+                    med(base, &|t| t.us_per_pkt) / med(now, &|t| t.us_per_pkt),
+                );
+            }
+        }
+    } else if rig.base.is_some() {
         let _ = writeln!(
             report,
             "\nThis build against the baseline binary (`ANODE_BENCH_BASELINE`), same run, interleaved trials:\n"

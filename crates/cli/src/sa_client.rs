@@ -36,7 +36,15 @@ fn now_ms(t0: Instant) -> u64 {
 /// Sends `body` as a control message over an encrypted SA with the node
 /// and returns the payload of the node's control answer.
 pub fn request(t: &Target, body: &[u8], what: &str) -> Result<Vec<u8>> {
+    let mut r = requests(t, body, 1, what)?;
+    r.pop().ok_or_else(|| anyhow!("no answer from {}", t.node))
+}
+
+/// Sends `body` `count` times over one SA (a burst, for tests of the node's
+/// rate limits) and returns the answers that came back before the timeout.
+pub fn requests(t: &Target, body: &[u8], count: usize, what: &str) -> Result<Vec<Vec<u8>>> {
     let node = t.node;
+    let mut answers = Vec::new();
     let me = Identity::load(&t.key)?;
     let expect = match &t.node_key {
         None => None,
@@ -50,6 +58,10 @@ pub fn request(t: &Target, body: &[u8], what: &str) -> Result<Vec<u8>> {
     let peer = links.connect(node, expect, Mode::Encrypt, 0);
     let sock = UdpSocket::bind("0.0.0.0:0").context("binding a UDP socket")?;
     sock.set_read_timeout(Some(Duration::from_millis(50)))?;
+    if count > 1 {
+        // Room for a burst of answers (each costs ~1 KiB of buffer).
+        let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::RcvBuf, &(count.min(10_000) * 2048));
+    }
     let deadline = t0 + Duration::from_secs_f64(t.timeout.max(0.1));
     let mut buf = vec![0u8; 65_536];
     let mut sent_request = false;
@@ -74,7 +86,10 @@ pub fn request(t: &Target, body: &[u8], what: &str) -> Result<Vec<u8>> {
                         && let Ok(ia) = anep::Packet::new_checked(&buf[o.inner.clone()])
                         && ia.type_id() == anep::TYPE_CONTROL
                     {
-                        return Ok(ia.payload().to_vec());
+                        answers.push(ia.payload().to_vec());
+                        if answers.len() >= count {
+                            return Ok(answers);
+                        }
                     }
                 }
                 _ => {}
@@ -87,12 +102,14 @@ pub fn request(t: &Target, body: &[u8], what: &str) -> Result<Vec<u8>> {
         }
         if links.is_up(peer) && !sent_request {
             let inner = anep::frame(anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_CONTROL, body);
-            let mut d = vec![0u8; anep::HEADER_LEN + OVERHEAD + inner.len()];
-            d[anep::HEADER_LEN + AH_LEN..anep::HEADER_LEN + AH_LEN + inner.len()].copy_from_slice(&inner);
-            anep::write_header(&mut d, anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_ESP, AH_LEN + inner.len() + 16);
-            let len =
-                links.seal(peer, &mut d, anep::HEADER_LEN, inner.len(), now_ms(t0)).map_err(|e| anyhow!("{e}"))?;
-            sock.send_to(&d[..len], node)?;
+            for _ in 0..count {
+                let mut d = vec![0u8; anep::HEADER_LEN + OVERHEAD + inner.len()];
+                d[anep::HEADER_LEN + AH_LEN..anep::HEADER_LEN + AH_LEN + inner.len()].copy_from_slice(&inner);
+                anep::write_header(&mut d, anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_ESP, AH_LEN + inner.len() + 16);
+                let len =
+                    links.seal(peer, &mut d, anep::HEADER_LEN, inner.len(), now_ms(t0)).map_err(|e| anyhow!("{e}"))?;
+                sock.send_to(&d[..len], node)?;
+            }
             sent_request = true;
             if let Some(k) = links.key_of(peer) {
                 eprintln!("SA up with {node} (node {}); {what} sent", k.fingerprint());
@@ -100,6 +117,9 @@ pub fn request(t: &Target, body: &[u8], what: &str) -> Result<Vec<u8>> {
         }
     }
     if sent_request {
+        if !answers.is_empty() {
+            return Ok(answers);
+        }
         bail!("no answer from {node}")
     }
     match last_error {

@@ -70,6 +70,11 @@ pub enum SessionCmd {
     },
     /// List this principal's sessions.
     List {
+        /// Send the request this many times at once over the one SA and
+        /// print how many answers of each kind came back (to see the node's
+        /// per-principal rate limit of session requests).
+        #[arg(long, default_value_t = 1, hide = true)]
+        repeat: usize,
         #[command(flatten)]
         target: Target,
     },
@@ -202,7 +207,24 @@ pub fn run(c: SessionCmd) -> Result<ExitCode> {
         SessionCmd::Close { session, target } => {
             (Request::Close { session: SessionId::from_raw(handle(&session)?) }, target)
         }
-        SessionCmd::List { target } => (Request::List, target),
+        SessionCmd::List { repeat, target } if repeat > 1 => {
+            let body = Request::List.to_bytes().map_err(|e| anyhow!("session request: {e}"))?;
+            let answers = sa_client::requests(&target, &body, repeat.min(10_000), "session requests")?;
+            let (mut ok, mut limited, mut other) = (0, 0, 0);
+            for a in &answers {
+                match Reply::parse_bytes(a) {
+                    Ok(Reply::Sessions(_)) => ok += 1,
+                    Ok(Reply::Error { code: anode_sched::wire::ErrorCode::RateLimited, .. }) => limited += 1,
+                    _ => other += 1,
+                }
+            }
+            println!(
+                "{} answers to {repeat} requests: {ok} listed, {limited} rate limited, {other} other",
+                answers.len()
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        SessionCmd::List { target, .. } => (Request::List, target),
         SessionCmd::Show { session, target } => {
             (Request::Show { session: SessionId::from_raw(handle(&session)?) }, target)
         }

@@ -337,3 +337,42 @@ fn hostile_modules_do_not_cost_a_session_its_reservation() {
     let b = status(&env.s.tb().join("b"));
     assert!(b["drops"]["no_listener"].as_u64().unwrap() > 0, "{}", b["drops"]);
 }
+
+#[test]
+fn session_requests_are_rate_limited_and_credentials_end_sessions() {
+    let s = Scratch::new("sessions", "limits");
+    let (ukey, upub) = user_keys(&s.0.join("user"), "u");
+    up_line3(&s, &["--user", upub.to_str().unwrap()]);
+    let c = s.tb().join("c");
+    let env = Env {
+        admin: s.tb().join("keys").join("admin.key"),
+        node: first_listen(&c),
+        node_key: s.tb().join("keys").join("c.pub"),
+        s,
+    };
+    // A burst of 200 requests over one SA: the burst allowance (40) is
+    // answered, the rest refused with RateLimited; none is lost unanswered.
+    let o = env.run(&ukey, &["session", "list", "--repeat", "200"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    // "200 answers to 200 requests: 40 listed, 160 rate limited, 0 other"
+    let n = |what: &str| -> u64 {
+        let i = out.find(what).unwrap();
+        out[..i].split_whitespace().last().unwrap().parse().unwrap()
+    };
+    assert_eq!(n("answers"), 200, "every request answered: {out}");
+    assert!(n("listed") >= 40 && n("listed") < 100, "{out}");
+    assert!(n("rate limited") >= 100, "{out}");
+    let st = status(&c);
+    assert!(st["rcane"]["counters"]["session_rate_limited"].as_u64().unwrap() >= 100, "{}", st["rcane"]["counters"]);
+    // A session whose credential expires while it runs is closed then.
+    let scred = env.cred(&upub, "u.session", &["--kind", "session", "--expires", "3s"]);
+    std::thread::sleep(std::time::Duration::from_millis(2000));
+    let o = env.run(&ukey, &["session", "open", "--credential", scred.to_str().unwrap(), "--vp", "100us/4ms"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(principal_sessions(&c).len(), 1);
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    assert!(principal_sessions(&c).is_empty(), "closed at its credential's expiry");
+    let log = std::fs::read_to_string(c.join("node.log")).unwrap();
+    assert!(log.contains("session closed: its credential expired"), "{log}");
+}

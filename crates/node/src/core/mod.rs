@@ -342,7 +342,9 @@ impl Node {
     pub fn poll_at(&self) -> Option<u64> {
         let s = self.sec.as_ref().and_then(|g| g.links.poll_at());
         let m = self.modules.as_ref().and_then(|m| m.sb.poll_at());
-        [s, m].into_iter().flatten().min()
+        // A session whose credential expires is closed then.
+        let e = self.sched.as_ref().and_then(|s| s.rcane.next_expiry()).map(|ns| ns.div_ceil(1_000_000));
+        [s, m, e].into_iter().flatten().min()
     }
 
     /// Runs what is due at `now_ms` (see [`poll_at`](Self::poll_at)): link
