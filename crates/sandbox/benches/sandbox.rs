@@ -247,8 +247,7 @@ fn preemption(c: &mut Criterion) {
         let cfg = SandboxConfig { yield_fuel: interval, ..Default::default() };
         let mut sb = Sandbox::new(issuer.public_key(), cfg, Arc::new(routes)).unwrap();
         let cred = issuer.admin(PrincipalId([5; 32]), None).unwrap();
-        let mut limits = RequestedLimits::default();
-        limits.cpu = Some(5_000_000);
+        let limits = RequestedLimits { cpu: Some(5_000_000), ..Default::default() };
         let spec =
             LoadSpec { code: &code, credential: Some(cred.to_bytes()), requester: None, local_name: None, limits };
         let id = sb.load(now(0), &spec).unwrap();

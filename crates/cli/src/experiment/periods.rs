@@ -75,18 +75,16 @@ pub fn run(a: FromPeriodsArgs) -> Result<std::process::ExitCode> {
     let end = recs.iter().filter(|r| named(&r.vp)).map(|r| r.end).max().unwrap_or(t0);
     let mut t = Trace::default();
     for (name, vp) in &loads {
-        let mut k = 0;
-        for r in recs.iter().filter(|r| &r.vp == vp && r.start >= t0) {
+        for (k, r) in recs.iter().filter(|r| &r.vp == vp && r.start >= t0).enumerate() {
             t.rows.push(TraceRow {
                 source: a.source.clone(),
                 load: name.clone(),
-                period: k,
+                period: k as u64,
                 start_ns: r.start - t0,
                 length_ns: (r.end - r.start).max(1),
                 slice_ns: r.slice,
                 received_ns: r.received,
             });
-            k += 1;
         }
     }
     for (name, vp) in &be {

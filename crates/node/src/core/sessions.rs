@@ -254,8 +254,7 @@ impl Node {
         s.counters.dispatches += 1;
         let mark = out.transmits.len();
         let mut done = 0;
-        loop {
-            let Some(s) = self.sched.as_mut() else { break };
+        while let Some(s) = self.sched.as_mut() {
             let (pool, task) = match s.suspended.remove(&d.vp) {
                 Some(x) => x,
                 None => {
@@ -615,7 +614,7 @@ impl Node {
         let now_ms = self.now_ms;
         let Some(s) = self.sched.as_mut() else { return };
         let now_ns = s.ns(now_ms);
-        if !s.rcane.next_expiry().is_some_and(|t| t <= now_ns) {
+        if s.rcane.next_expiry().is_none_or(|t| t > now_ns) {
             return;
         }
         let ids: Vec<SessionId> = s.rcane.sessions().collect();
