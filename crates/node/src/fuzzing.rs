@@ -317,8 +317,14 @@ pub fn local(data: &[u8]) {
 }
 
 /// Arbitrary bytes as a control message: parse, and a parsed message
-/// re-encodes to the same bytes.
+/// re-encodes to the same bytes; and the same bytes as a session request
+/// to a node with RCANE on: always a well-formed reply, never a panic.
 pub fn control(data: &[u8]) {
+    let mut n = node(false);
+    if n.enable_rcane(anode_sched::RcaneConfig::default(), 0).is_ok() {
+        let reply = n.session_request(anode_sandbox::PrincipalId([3; 32]), data, 1);
+        assert!(anode_sched::wire::Reply::parse_bytes(&reply).is_ok(), "the node answers every request");
+    }
     if let Ok(m) = anode_wire::control::Message::parse(data) {
         let mut v = Vec::new();
         assert!(m.emit(&mut v).is_ok(), "a parsed message emits");

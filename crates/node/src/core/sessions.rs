@@ -403,7 +403,7 @@ fn ceilings(c: &anode_cred::SessionCeilings) -> anode_sched::Ceilings {
 impl Node {
     /// A session control message (ops 0x10-0x14) from the principal `from`,
     /// authenticated by its SA: the reply's bytes.
-    pub(super) fn session_request(&mut self, from: PrincipalId, body: &[u8], now_ms: u64) -> Vec<u8> {
+    pub(crate) fn session_request(&mut self, from: PrincipalId, body: &[u8], now_ms: u64) -> Vec<u8> {
         use anode_sched::wire::{ErrorCode, Reply, Request, SessionSummary};
         let reply = (|| {
             let Some(s) = self.sched.as_mut() else {
