@@ -238,3 +238,27 @@ fn committed_seeds_replay() {
         assert!(n >= seeds(target).len(), "{target}: {n} seeds; run with ANODE_BLESS=1 to write them");
     }
 }
+
+/// The `node_control` target over the session control seeds (shared with
+/// `sched_control`: they are session requests) and every bit flip and
+/// truncation of them: a node with RCANE on answers each with a well-formed
+/// reply.
+#[test]
+fn node_control_over_session_seeds_and_mutations() {
+    let dir = root().join("fuzz/seeds/sched_control");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).expect("seeds") {
+        let seed = std::fs::read(e.expect("entry").path()).expect("seed");
+        fuzzing::control(&seed);
+        for i in 0..seed.len() {
+            fuzzing::control(&seed[..i]);
+            for bit in 0..8 {
+                let mut m = seed.clone();
+                m[i] ^= 1 << bit;
+                fuzzing::control(&m);
+                n += 1;
+            }
+        }
+    }
+    assert!(n > 100, "the seeds were found and mutated ({n})");
+}
