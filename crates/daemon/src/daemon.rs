@@ -27,6 +27,7 @@ use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use socket2::Socket;
 use std::io::Write as _;
+use std::os::fd::AsFd as _;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -510,7 +511,19 @@ impl Daemon {
         let cpu0 = thread_cpu_ns();
         self.timer_out.clear();
         let now_ms = self.now_ms();
-        self.node.run_dispatch(&d, now_ms, &mut || Instant::now() < end, &mut self.timer_out);
+        // Slack goes to network input first: a dispatch on slack time
+        // (Best-Effort's module work beyond its guarantee, or a VP with
+        // `extra`) stops at its next preemption point when a datagram is
+        // waiting. A guaranteed dispatch runs its budget out: forwarding
+        // waits at most one slice.
+        let slack = d.kind == anode_sched::DispatchKind::Slack;
+        let mut fds: Vec<nix::poll::PollFd<'_>> = if slack {
+            self.udp.iter().map(|s| nix::poll::PollFd::new(s.as_fd(), nix::poll::PollFlags::POLLIN)).collect()
+        } else {
+            Vec::new()
+        };
+        let mut keep_going = || Instant::now() < end && !(slack && input_waiting(&mut fds));
+        self.node.run_dispatch(&d, now_ms, &mut keep_going, &mut self.timer_out);
         let used = thread_cpu_ns().saturating_sub(cpu0);
         let now_ns = self.now_ns();
         self.node.charge(&d, used, now_ns);
@@ -703,6 +716,11 @@ impl Daemon {
 /// received in it (ns), the part that was slack, and whether the VP was
 /// idle for part of it.
 pub const PERIOD_LOG_HEADER: &str = "vp,session,start_ns,end_ns,slice_ns,received_ns,slack_ns,idle";
+
+/// Whether a datagram waits on any of `fds` (one `poll`, no wait).
+fn input_waiting(fds: &mut [nix::poll::PollFd<'_>]) -> bool {
+    nix::poll::poll(fds, nix::poll::PollTimeout::ZERO).is_ok_and(|n| n > 0)
+}
 
 /// CPU time this thread has used, ns (what a dispatch is charged with).
 pub(crate) fn thread_cpu_ns() -> u64 {
