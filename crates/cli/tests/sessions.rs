@@ -366,12 +366,12 @@ fn session_requests_are_rate_limited_and_credentials_end_sessions() {
     let st = status(&c);
     assert!(st["rcane"]["counters"]["session_rate_limited"].as_u64().unwrap() >= 100, "{}", st["rcane"]["counters"]);
     // A session whose credential expires while it runs is closed then.
-    let scred = env.cred(&upub, "u.session", &["--kind", "session", "--expires", "3s"]);
-    std::thread::sleep(std::time::Duration::from_millis(2000));
+    // (Credential dates are whole seconds: the expiry is 4-5 s from now.)
+    let scred = env.cred(&upub, "u.session", &["--kind", "session", "--expires", "5s"]);
     let o = env.run(&ukey, &["session", "open", "--credential", scred.to_str().unwrap(), "--vp", "100us/4ms"]);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(principal_sessions(&c).len(), 1);
-    std::thread::sleep(std::time::Duration::from_millis(2500));
+    std::thread::sleep(std::time::Duration::from_millis(5500));
     assert!(principal_sessions(&c).is_empty(), "closed at its credential's expiry");
     let log = std::fs::read_to_string(c.join("node.log")).unwrap();
     assert!(log.contains("session closed: its credential expired"), "{log}");
