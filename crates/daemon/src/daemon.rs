@@ -27,8 +27,8 @@ use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use socket2::Socket;
 use std::io::Write as _;
-use std::os::fd::AsFd as _;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::os::fd::AsFd as _;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -123,6 +123,9 @@ pub struct Daemon {
     pub(crate) signals: Option<SignalFd>,
     /// The ledger writer (when RCANE is on) and when charges last went to it.
     ledger: Option<(crate::ledger::LedgerWriter, Instant)>,
+    /// Something was charged since the last drain to the ledger (the loop
+    /// then wakes for the next one; an idle node does not).
+    pub(crate) charged: bool,
     /// The period log, when asked for, and when it was last flushed.
     period_log: Option<(std::io::BufWriter<std::fs::File>, Instant)>,
     pub(crate) epoll: Epoll,
@@ -332,6 +335,7 @@ impl Daemon {
             no_input: [Vec::new()],
             app_buf: vec![0; local::MAX_MESSAGE + 1],
             msg: Vec::with_capacity(3 + blen),
+            charged: false,
             ledger: None,
             period_log: match &opts.period_log {
                 None => None,
@@ -464,6 +468,7 @@ impl Daemon {
         }
         let now_ns = self.now_ns();
         let (charges, events) = self.node.drain_charges(now_ns);
+        self.charged = false;
         if let Some((w, at)) = self.ledger.as_mut() {
             w.send(charges, &events);
             *at = Instant::now();
@@ -527,6 +532,7 @@ impl Daemon {
         let used = thread_cpu_ns().saturating_sub(cpu0);
         let now_ns = self.now_ns();
         self.node.charge(&d, used, now_ns);
+        self.charged = true;
         self.send_timer_out();
         true
     }
@@ -594,7 +600,8 @@ impl Daemon {
         let stalled = self.clients.next_stall_deadline();
         let drops = self.droplog.next_due(&self.node.counters);
         let report = ratelog::pending().then_some(self.last_report + DROP_LOG_INTERVAL);
-        [node, sched, conns, stalled, drops, report].into_iter().flatten().min()
+        let ledger = self.ledger.as_ref().filter(|_| self.charged).map(|(_, at)| *at + crate::ledger::FLUSH_INTERVAL);
+        [node, sched, conns, stalled, drops, report, ledger].into_iter().flatten().min()
     }
 
     /// Arms the timer for the next deadline (one system call, and only when

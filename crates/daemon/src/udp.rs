@@ -59,6 +59,7 @@ impl Daemon {
             // Best-Effort as one batch.
             let used = crate::daemon::thread_cpu_ns().saturating_sub(cpu0);
             self.node.charge_outside(anode_node::core::Owner::BestEffort, used, n as u64, rx_bytes as u64);
+            self.charged = true;
         }
     }
 }

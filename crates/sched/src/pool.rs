@@ -122,6 +122,12 @@ impl<E> Pool<E> {
         true
     }
 
+    /// Takes every queued event out (not those in progress), uncounted:
+    /// for the daemon to move them elsewhere.
+    pub fn take_queued(&mut self) -> Vec<E> {
+        self.queue.drain(..).collect()
+    }
+
     /// Empties the pool (on close), counting what was discarded.
     pub fn discard_all(&mut self) -> u64 {
         let n = self.queue.len() as u64 + u64::from(self.in_progress);

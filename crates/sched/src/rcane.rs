@@ -993,6 +993,20 @@ impl<E> Rcane<E> {
         Ok(())
     }
 
+    /// Takes every event queued on `pool` (trusted: the daemon moves the
+    /// events of a session it is about to close to Best-Effort, so that a
+    /// module's work outlives its principal's reservation).
+    pub fn take_queued(&mut self, pool: PoolId, now: u64) -> Vec<E> {
+        let Ok(p) = self.pools.get_mut(pool) else { return Vec::new() };
+        let had = p.has_backlog();
+        let v = p.take_queued();
+        let (vp, has) = (p.vp(), p.has_backlog());
+        if had && !has {
+            self.backlog_changed(vp, false, now);
+        }
+        v
+    }
+
     /// The pools bound to `vp` that have events waiting, for the daemon to
     /// take from when `vp` is dispatched.
     pub fn pools_with_work(&self, vp: VpId) -> impl Iterator<Item = PoolId> + '_ {

@@ -130,6 +130,32 @@ impl Sched {
         self.suspended.remove(&vp).map(|(pool, t)| (vp, pool, t))
     }
 
+    /// Takes the jobs queued on session `sid`'s module pool (before it is
+    /// closed), to be posted again on Best-Effort's.
+    fn take_session_jobs(&mut self, sid: SessionId) -> Vec<Job> {
+        let now = self.rcane.sched().now();
+        match self.pools.get(&sid).copied() {
+            Some(p) => self.rcane.take_queued(p, now),
+            None => Vec::new(),
+        }
+    }
+
+    /// Posts jobs on Best-Effort's module pool (counting refusals).
+    fn post_best_effort(&mut self, jobs: Vec<Job>) -> u64 {
+        let now = self.rcane.sched().now();
+        let mut refused = 0;
+        for j in jobs {
+            match self.rcane.post(self.be_pool, j, now) {
+                Ok(()) => self.counters.jobs_posted += 1,
+                Err(_) => {
+                    self.counters.jobs_refused_full += 1;
+                    refused += 1;
+                }
+            }
+        }
+        refused
+    }
+
     /// Forgets a closed session whose VPs were `vps` (its pools went with
     /// it); returns its suspended tasks, which the caller runs to their end
     /// (bounded by their fuel) so that their stores come back.
@@ -428,8 +454,11 @@ impl Node {
                         return Reply::Error { code: ErrorCode::Internal, detail: 0 };
                     };
                     let vps = s.rcane.session_info(session, now_ns).map(|i| i.vps).unwrap_or_default();
+                    let owned = s.rcane.show(&p, session, now_ns).is_ok();
+                    let moved = if owned { s.take_session_jobs(session) } else { Vec::new() };
                     match s.rcane.close_session(&p, session, now_ns) {
                         Ok(c) => {
+                            s.post_best_effort(moved);
                             self.session_gone(session, &vps, now_ms);
                             tracing::info!(session = %session, principal = %from, "session closed by its principal");
                             Reply::closed(&c)
@@ -626,7 +655,12 @@ impl Node {
                 due.push((sid, i.vps));
             }
         }
+        let mut moved = Vec::new();
+        for (sid, _) in &due {
+            moved.extend(s.take_session_jobs(*sid));
+        }
         let closed = s.rcane.expire(now_ns);
+        s.post_best_effort(moved);
         for c in closed {
             tracing::info!(session = %c.session, "session closed: its credential expired");
             let vps = due.iter().find(|d| d.0 == c.session).map(|d| d.1.clone()).unwrap_or_default();
