@@ -113,7 +113,7 @@ impl Default for SandboxConfig {
     }
 }
 
-/// Default fuel between preemption points: about 20-50 µs of wasm on this
+/// Default fuel between preemption points: about 7 µs of a tight wasm loop on this
 /// machine (see docs/benchmarks.md, "Preemption points").
 pub const DEFAULT_YIELD_FUEL: u64 = 50_000;
 
