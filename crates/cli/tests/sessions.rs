@@ -118,6 +118,16 @@ fn sessions_open_run_modules_refuse_what_is_not_allowed_and_close() {
     assert_eq!(vp["slice_ns"].as_u64(), Some(1_200_000));
     assert!(vp["received_ns_total"]["guaranteed"].as_u64().unwrap() > 0, "the VP ran the module: {vp}");
     assert!(mine[0]["charges"]["cpu_guaranteed_ns"].as_u64().unwrap() > 0, "{}", mine[0]);
+    // /metrics exports the same, Prometheus-style.
+    let o = Command::new(ANODE).args(["status", "--metrics", "--run-dir"]).arg(&c).output().unwrap();
+    let m = String::from_utf8_lossy(&o.stdout).to_string();
+    let owner = mine[0]["owner"].as_str().unwrap();
+    let line = m
+        .lines()
+        .find(|l| l.starts_with("anode_session_cpu_guaranteed_nanoseconds_total") && l.contains(owner))
+        .unwrap_or_else(|| panic!("no session CPU metric for {owner}:\n{m}"));
+    assert!(line.rsplit(' ').next().unwrap().parse::<u64>().unwrap() > 0, "{line}");
+    assert!(m.contains("anode_vp_slice_received_ratio{"), "{m}");
 
     // A second user's credential is fine, but the node has no room for 90 %.
     let big = env.cred(&mpub, "m.big", &["--kind", "session", "--vp-share", "100%", "--total-share", "100%"]);

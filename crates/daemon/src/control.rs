@@ -187,6 +187,86 @@ pub(crate) fn parse_control(b: &[u8]) -> Request {
     }
 }
 
+/// The `rcane` section of the status as Prometheus metrics: per session
+/// (labels `session`, `owner`) its charges and guaranteed share, per VP its
+/// guarantee and the share of its slice received over recent periods.
+fn sessions_prometheus(v: &serde_json::Value) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let counters: [(&str, &str, &str); 6] = [
+        (
+            "cpu_guaranteed_ns",
+            "anode_session_cpu_guaranteed_nanoseconds_total",
+            "CPU charged on guaranteed time (thread CPU clock).",
+        ),
+        ("cpu_slack_ns", "anode_session_cpu_slack_nanoseconds_total", "CPU charged on slack time."),
+        ("tx_packets", "anode_session_tx_packets_total", "Packets sent for the session."),
+        ("tx_bytes", "anode_session_tx_bytes_total", "Bytes sent for the session."),
+        ("rx_packets", "anode_session_rx_packets_total", "Packets received for the session."),
+        ("module_loads", "anode_session_module_loads_total", "Module loads charged to the session."),
+    ];
+    let sessions = v["sessions"].as_array().cloned().unwrap_or_default();
+    for (key, name, help) in counters {
+        let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter");
+        for x in &sessions {
+            let _ = writeln!(
+                s,
+                "{name}{{session=\"{}\",owner=\"{}\"}} {}",
+                x["session"],
+                x["owner"].as_str().unwrap_or("?"),
+                x["charges"][key].as_u64().unwrap_or(0)
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "# HELP anode_session_share_ratio Guaranteed CPU share of the session (sum of its VPs).\n# TYPE anode_session_share_ratio gauge"
+    );
+    for x in &sessions {
+        let _ = writeln!(
+            s,
+            "anode_session_share_ratio{{session=\"{}\",owner=\"{}\"}} {}",
+            x["session"],
+            x["owner"].as_str().unwrap_or("?"),
+            x["share_ppm"].as_u64().unwrap_or(0) as f64 / 1e6
+        );
+    }
+    let _ = writeln!(
+        s,
+        "# HELP anode_vp_slice_received_ratio CPU received over the VP's recent periods, as a fraction of its slices.\n# TYPE anode_vp_slice_received_ratio gauge"
+    );
+    for x in &sessions {
+        for vp in x["vps"].as_array().cloned().unwrap_or_default() {
+            let _ = writeln!(
+                s,
+                "anode_vp_slice_received_ratio{{session=\"{}\",vp=\"{}\",slice_ns=\"{}\",period_ns=\"{}\"}} {}",
+                x["session"],
+                vp["vp"],
+                vp["slice_ns"],
+                vp["period_ns"],
+                vp["received_share_of_slice"].as_f64().unwrap_or(0.0)
+            );
+        }
+    }
+    let c = &v["counters"];
+    for (key, help) in [
+        ("jobs_posted", "Module jobs queued on session pools."),
+        ("jobs_refused_full", "Module jobs refused: their pool was full."),
+        ("dispatches", "Scheduler dispatches run."),
+        ("preemptions", "Invocations stopped at a preemption point."),
+        ("session_requests", "Session control requests received."),
+        ("session_refused", "Session control requests refused."),
+        ("session_rate_limited", "Session control requests refused by the rate limit."),
+    ] {
+        let _ = writeln!(
+            s,
+            "# HELP anode_sched_{key}_total {help}\n# TYPE anode_sched_{key}_total counter\nanode_sched_{key}_total {}",
+            c[key].as_u64().unwrap_or(0)
+        );
+    }
+    s
+}
+
 /// Parses an HTTP request head: only `GET /metrics` is served.
 pub(crate) fn parse_http(b: &[u8]) -> Request {
     let head = String::from_utf8_lossy(b);
@@ -373,7 +453,7 @@ impl Daemon {
         }
     }
 
-    fn metrics_text(&self) -> String {
+    fn metrics_text(&mut self) -> String {
         let mut s = self.node.counters.to_prometheus();
         s.push_str("# HELP anode_uptime_seconds Seconds since the node started.\n# TYPE anode_uptime_seconds gauge\n");
         s.push_str(&format!("anode_uptime_seconds {:.3}\n", self.started.elapsed().as_secs_f64()));
@@ -395,6 +475,10 @@ impl Daemon {
         }
         s.push_str("# HELP anode_local_clients Application clients connected now.\n# TYPE anode_local_clients gauge\n");
         s.push_str(&format!("anode_local_clients {}\n", self.clients.connected()));
+        let now_ns = self.now_ns();
+        if let Some(v) = self.node.sessions_json(now_ns) {
+            s.push_str(&sessions_prometheus(&v));
+        }
         s
     }
 
