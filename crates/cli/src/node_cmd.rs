@@ -238,6 +238,45 @@ pub(crate) fn render(v: &Value) -> String {
     for (k, n) in &faults {
         let _ = writeln!(s, "  {k:<20} {n:>12}");
     }
+    if let Some(sessions) = v.pointer("/rcane/sessions").and_then(Value::as_array) {
+        let _ = writeln!(s, "\nsessions (RCANE): {}", sessions.len());
+        for x in sessions {
+            let c = &x["charges"];
+            let _ = writeln!(
+                s,
+                "  {} {:<16} share {:>6.2} %  cpu {} ms guaranteed + {} ms slack  tx {} pkts",
+                x["session"].as_str().unwrap_or("?"),
+                x["owner"].as_str().map_or("?".to_string(), |o| o.chars().take(16).collect()),
+                x["share_ppm"].as_u64().unwrap_or(0) as f64 / 10_000.0,
+                c["cpu_guaranteed_ns"].as_u64().unwrap_or(0) / 1_000_000,
+                c["cpu_slack_ns"].as_u64().unwrap_or(0) / 1_000_000,
+                c["tx_packets"].as_u64().unwrap_or(0)
+            );
+            for vp in x["vps"].as_array().into_iter().flatten() {
+                let _ = writeln!(
+                    s,
+                    "    vp {}: {} µs / {} µs{}  received {:.1} % of its slices over {} recent periods ({} with >= 95 %)",
+                    vp["vp"].as_str().unwrap_or("?"),
+                    vp["slice_ns"].as_u64().unwrap_or(0) / 1000,
+                    vp["period_ns"].as_u64().unwrap_or(0) / 1000,
+                    if vp["extra"].as_bool() == Some(true) { " +slack" } else { "" },
+                    100.0 * vp["received_share_of_slice"].as_f64().unwrap_or(0.0),
+                    vp["recent_periods"],
+                    vp["periods_with_95pct_of_slice"]
+                );
+            }
+            for p in x["pools"].as_array().into_iter().flatten() {
+                let _ = writeln!(
+                    s,
+                    "    pool {}: {} queued of {}, {}",
+                    p["pool"].as_str().unwrap_or("?"),
+                    p["queued"],
+                    p["max_queued"],
+                    p["stats"].as_str().unwrap_or("")
+                );
+            }
+        }
+    }
     if let Some(l) = v.get("local") {
         let ports: Vec<String> = l
             .get("ports")

@@ -212,7 +212,7 @@ fn sessions_prometheus(v: &serde_json::Value) -> String {
             let _ = writeln!(
                 s,
                 "{name}{{session=\"{}\",owner=\"{}\"}} {}",
-                x["session"],
+                x["session"].as_str().unwrap_or("?"),
                 x["owner"].as_str().unwrap_or("?"),
                 x["charges"][key].as_u64().unwrap_or(0)
             );
@@ -226,7 +226,7 @@ fn sessions_prometheus(v: &serde_json::Value) -> String {
         let _ = writeln!(
             s,
             "anode_session_share_ratio{{session=\"{}\",owner=\"{}\"}} {}",
-            x["session"],
+            x["session"].as_str().unwrap_or("?"),
             x["owner"].as_str().unwrap_or("?"),
             x["share_ppm"].as_u64().unwrap_or(0) as f64 / 1e6
         );
@@ -240,8 +240,8 @@ fn sessions_prometheus(v: &serde_json::Value) -> String {
             let _ = writeln!(
                 s,
                 "anode_vp_slice_received_ratio{{session=\"{}\",vp=\"{}\",slice_ns=\"{}\",period_ns=\"{}\"}} {}",
-                x["session"],
-                vp["vp"],
+                x["session"].as_str().unwrap_or("?"),
+                vp["vp"].as_str().unwrap_or("?"),
                 vp["slice_ns"],
                 vp["period_ns"],
                 vp["received_share_of_slice"].as_f64().unwrap_or(0.0)

@@ -696,7 +696,7 @@ impl Node {
                     }
                     let info = s.rcane.sched().info(*vp).ok();
                     json!({
-                        "vp": vp.to_raw(),
+                        "vp": vp.to_string(),
                         "slice_ns": p.slice_ns, "period_ns": p.period_ns, "extra": p.extra,
                         "guaranteed_share": p.slice_ns as f64 / p.period_ns.max(1) as f64,
                         "recent_periods": periods,
@@ -715,13 +715,13 @@ impl Node {
                 .pools
                 .iter()
                 .map(|p| {
-                    json!({"pool": p.pool.to_raw(), "queued": p.queued, "in_progress": p.in_progress,
+                    json!({"pool": p.pool.to_string(), "queued": p.queued, "in_progress": p.in_progress,
                            "max_queued": p.spec.max_queued, "stats": format!("{:?}", p.stats)})
                 })
                 .collect();
             let a = i.account;
             sessions.push(json!({
-                "session": sid.to_raw(),
+                "session": sid.to_string(),
                 "owner": i.owner.to_string(),
                 "share_ppm": i.share_ppm,
                 "expires_in_ms": i.expires_at_ns.map(|t| t.saturating_sub(now_ns) / 1_000_000),
