@@ -6,7 +6,7 @@
 //! flush interval ([`FLUSH_INTERVAL`]).
 
 use std::path::Path;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -75,9 +75,11 @@ impl Drop for LedgerWriter {
     }
 }
 
+/// Writes what the daemon sends; sleeps (no timer: an idle node stays
+/// asleep) until the next batch or the channel's end.
 fn writer(mut rec: Recorder, rx: Receiver<Msg>) {
     loop {
-        match rx.recv_timeout(FLUSH_INTERVAL) {
+        match rx.recv() {
             Ok((c, s)) => {
                 rec.add(&c, &s);
                 // Take whatever else is queued, then write one batch.
@@ -88,8 +90,7 @@ fn writer(mut rec: Recorder, rx: Receiver<Msg>) {
                     warn!(error = %e, "ledger write failed; kept for the next flush");
                 }
             }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => {
+            Err(_) => {
                 if let Err(e) = rec.flush(wall_ms()) {
                     warn!(error = %e, "final ledger write failed");
                 }
