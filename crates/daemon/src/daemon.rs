@@ -302,7 +302,7 @@ impl Daemon {
             rx: Rx {
                 bufs: std::array::from_fn(|_| vec![0; blen]),
                 lens: [0; BATCH],
-                outs: std::array::from_fn(|_| Outbox::default()),
+                outs: std::array::from_fn(|_| Outbox::preallocated()),
                 hdrs: MultiHeaders::preallocate(BATCH, None),
                 froms: [None; BATCH],
             },

@@ -148,6 +148,21 @@ pub struct Outbox {
 }
 
 impl Outbox {
+    /// An outbox with room for what handling one datagram usually produces
+    /// (a few transmissions, deliveries and runs, a child packet in the
+    /// arena), so that a receive batch's outboxes do not allocate on the
+    /// warm data path whichever slots a batch happens to fill.
+    pub fn preallocated() -> Outbox {
+        Outbox {
+            transmits: Vec::with_capacity(8),
+            deliveries: Vec::with_capacity(4),
+            runs: Vec::with_capacity(4),
+            log: String::new(),
+            events: Vec::new(),
+            arena: Vec::with_capacity(4096),
+        }
+    }
+
     /// Empties the outbox, keeping its buffers.
     pub fn clear(&mut self) {
         self.transmits.clear();
