@@ -531,10 +531,13 @@ impl PolicyVerifier {
             _ => return Err(PolicyError::NoPrincipal),
         };
         let rights: Vec<(String,)> = a.query("q($r) <- right($r)").map_err(run_err)?;
-        let admin = rights.iter().any(|(r,)| r == "admin");
-        if !admin && !rights.iter().any(|(r,)| r == "monitor") {
+        // Every monitoring credential states right("monitor"), the
+        // administrative one too: a module credential's right("admin")
+        // alone does not make a monitoring credential.
+        if !rights.iter().any(|(r,)| r == "monitor") {
             return Err(PolicyError::NotMonitoring);
         }
+        let admin = rights.iter().any(|(r,)| r == "admin");
         let mut p = Policy {
             principal,
             admin,

@@ -116,6 +116,10 @@ fn expired_forged_and_foreign_credentials_are_refused() {
         )
         .unwrap();
     assert_eq!(verifier().authorize(now(), switchlet.to_bytes()), Err(PolicyError::NotMonitoring));
+    // Nor is an administrative switchlet credential (right("admin") without
+    // right("monitor")): it used to pass as an administrative monitoring one.
+    let admin_switchlet = issuer().admin(user(), None).unwrap();
+    assert_eq!(verifier().authorize(now(), admin_switchlet.to_bytes()), Err(PolicyError::NotMonitoring));
 }
 
 #[test]
