@@ -391,6 +391,10 @@ fn session_requests_are_rate_limited_and_credentials_end_sessions() {
     assert!(n("rate limited") >= 100, "{out}");
     let st = status(&c);
     assert!(st["rcane"]["counters"]["session_rate_limited"].as_u64().unwrap() >= 100, "{}", st["rcane"]["counters"]);
+    // The burst was the control plane's work: charged to System.
+    let system = st["rcane"]["sessions"].as_array().unwrap().iter().find(|s| s["owner"] == "system").unwrap().clone();
+    assert!(system["charges"]["rx_packets"].as_u64().unwrap() >= 200, "{system}");
+    assert!(system["charges"]["cpu_guaranteed_ns"].as_u64().unwrap() > 0, "{system}");
     // A session whose credential expires while it runs is closed then.
     // (Credential dates are whole seconds: the expiry is 4-5 s from now.)
     let scred = env.cred(&upub, "u.session", &["--kind", "session", "--expires", "5s"]);

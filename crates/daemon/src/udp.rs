@@ -55,10 +55,23 @@ impl Daemon {
         local.deliver(&mut self.node, &mut self.msg, &outs[..n], &bufs[..n]);
         if self.node.rcane_on() {
             // Network input runs between dispatches, for Best-Effort (SNAP,
-            // forwarding) and System (handshakes, control): charged to
-            // Best-Effort as one batch.
+            // forwarding) and System (handshakes, keepalives, control
+            // requests). The batch's thread CPU time is split between them
+            // by datagram count (one clock read per batch, not per datagram:
+            // an approximation, documented in docs/rcane.md).
             let used = crate::daemon::thread_cpu_ns().saturating_sub(cpu0);
-            self.node.charge_outside(anode_node::core::Owner::BestEffort, used, n as u64, rx_bytes as u64);
+            let outs = &self.rx.outs[..n];
+            let n_sys = outs.iter().filter(|o| o.system).count() as u64;
+            let sys_bytes: usize = self.rx.lens[..n].iter().zip(outs).filter(|(_, o)| o.system).map(|(l, _)| *l).sum();
+            let sys_ns = used.saturating_mul(n_sys) / (n as u64).max(1);
+            use anode_node::core::Owner;
+            if n_sys > 0 {
+                self.node.charge_outside(Owner::System, sys_ns, n_sys, sys_bytes as u64);
+            }
+            if n_sys < n as u64 {
+                let be = (rx_bytes - sys_bytes) as u64;
+                self.node.charge_outside(Owner::BestEffort, used - sys_ns, n as u64 - n_sys, be);
+            }
             self.charged = true;
         }
     }

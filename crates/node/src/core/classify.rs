@@ -69,7 +69,10 @@ impl Node {
             return;
         }
         match f.type_id {
-            anep::TYPE_HANDSHAKE => self.handshake(iface, from, &buf[f.payload..f.end], now_ms, out),
+            anep::TYPE_HANDSHAKE => {
+                out.system = true;
+                self.handshake(iface, from, &buf[f.payload..f.end], now_ms, out)
+            }
             anep::TYPE_AUTH | anep::TYPE_ESP => self.protected(iface, from, buf, f, now_ms, out),
             _ => self.counters.drop(Drop::NonNeighbor),
         }
@@ -142,6 +145,7 @@ impl Node {
             }
         };
         if opened.inner.is_empty() {
+            out.system = true;
             self.counters.keepalives_rx += 1;
             return;
         }
@@ -150,6 +154,7 @@ impl Node {
         let endpoint = g.links.endpoint_of(opened.peer);
         let Some(inner) = self.frame(buf, opened.inner.start, opened.inner.end) else { return };
         if inner.type_id == anep::TYPE_CONTROL {
+            out.system = true;
             self.control(principal, endpoint, iface, &buf[inner.payload..inner.end], now_ms, out);
         } else {
             let prev = endpoint.and_then(|e| self.ep_addr.get(&e).copied());

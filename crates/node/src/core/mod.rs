@@ -144,6 +144,9 @@ pub struct Outbox {
     pub log: String,
     /// Security events worth a log line (links up, rekeys), if any.
     pub events: Vec<String>,
+    /// The datagram was the node's own work (a handshake, a keepalive, a
+    /// control request): System's, not Best-Effort's, for charging.
+    pub system: bool,
     arena: Vec<u8>,
 }
 
@@ -159,6 +162,7 @@ impl Outbox {
             runs: Vec::with_capacity(4),
             log: String::new(),
             events: Vec::new(),
+            system: false,
             arena: Vec::with_capacity(4096),
         }
     }
@@ -171,6 +175,7 @@ impl Outbox {
         self.log.clear();
         self.events.clear();
         self.arena.clear();
+        self.system = false;
     }
     /// The bytes of `d`; `input` is the buffer passed to the node.
     pub fn bytes<'a>(&'a self, d: &Data, input: &'a [u8]) -> &'a [u8] {
