@@ -761,14 +761,7 @@ impl<E> Rcane<E> {
         check(Resource::Vps, current_count, after.len() as u64, 0, u64::MAX, u64::from(c.max_vps))?;
         let others_cpu = self.sched.total_share_ppm().saturating_sub(current_share);
         check(Resource::Cpu, current_share, new_share, others_cpu, self.cfg.capacity.cpu_ppm, c.max_total_share_ppm)?;
-        let (mut heap, mut tx, mut rx) = (0u64, 0u64, 0u64);
-        for (id, o) in self.sessions.iter::<SessionId>() {
-            if Some(id) != sid {
-                heap = heap.saturating_add(o.heap_bytes);
-                tx = tx.saturating_add(o.tx_bytes_per_sec);
-                rx = rx.saturating_add(o.rx_bytes_per_sec);
-            }
-        }
+        let (heap, tx, rx) = self.reserved_except(sid);
         let cap = self.cfg.capacity;
         check(Resource::Heap, s.heap_bytes, plan.heap_bytes, heap, cap.heap_bytes, c.max_heap_bytes)?;
         check(
@@ -788,6 +781,34 @@ impl<E> Rcane<E> {
             c.max_rx_bytes_per_sec,
         )?;
         Ok(plan)
+    }
+
+    /// Heap, transmit and receive reservations of every session but `sid`.
+    fn reserved_except(&self, sid: Option<SessionId>) -> (u64, u64, u64) {
+        let (mut heap, mut tx, mut rx) = (0u64, 0u64, 0u64);
+        for (id, o) in self.sessions.iter::<SessionId>() {
+            if Some(id) != sid {
+                heap = heap.saturating_add(o.heap_bytes);
+                tx = tx.saturating_add(o.tx_bytes_per_sec);
+                rx = rx.saturating_add(o.rx_bytes_per_sec);
+            }
+        }
+        (heap, tx, rx)
+    }
+
+    /// What the node has left of `resource` to grant (capacity less what
+    /// every session holds); `u64::MAX` for resources the node does not
+    /// bound (counts of VPs, pools, queued events, slack).
+    pub fn left(&self, resource: Resource) -> u64 {
+        let cap = self.cfg.capacity;
+        let (heap, tx, rx) = self.reserved_except(None);
+        match resource {
+            Resource::Cpu | Resource::VpShare => cap.cpu_ppm.saturating_sub(self.sched.total_share_ppm()),
+            Resource::Heap => cap.heap_bytes.saturating_sub(heap),
+            Resource::Tx => cap.tx_bytes_per_sec.saturating_sub(tx),
+            Resource::Rx => cap.rx_bytes_per_sec.saturating_sub(rx),
+            _ => u64::MAX,
+        }
     }
 
     fn apply(&mut self, sid: SessionId, plan: Plan, now: u64) -> Result<Vec<VpId>, RcaneError> {

@@ -23,7 +23,7 @@ mod seal;
 mod sessions;
 
 pub use modules::LoadFailure;
-pub use sessions::{BE_POOL, SchedCounters};
+pub use sessions::{BE_POOL, RcaneSetupError, SchedCounters};
 
 use crate::config::{ConfigError, NodeConfig, Topology};
 use crate::counters::Counters;

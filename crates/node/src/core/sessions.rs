@@ -71,16 +71,26 @@ impl std::fmt::Debug for Sched {
     }
 }
 
+/// Why RCANE could not be turned on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RcaneSetupError {
+    /// The resource-control configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] anode_sched::ConfigError),
+    /// Best-Effort's module pool could not be opened.
+    #[error("cannot open Best-Effort's module pool: {0}")]
+    Pool(anode_sched::RcaneError),
+}
+
 /// Bounds of the Best-Effort module pool.
 pub const BE_POOL: PoolSpec = PoolSpec { max_queued: 4096, max_in_progress: 1 };
 
 impl Sched {
-    pub fn new(cfg: RcaneConfig, now_ns: u64) -> Result<Sched, anode_sched::ConfigError> {
+    pub fn new(cfg: RcaneConfig, now_ns: u64) -> Result<Sched, RcaneSetupError> {
         let mut rcane = Rcane::new(cfg, now_ns)?;
         let (sid, vp) = rcane.best_effort();
-        let be_pool = rcane
-            .open_pool_trusted(sid, vp, BE_POOL)
-            .map_err(|_| anode_sched::ConfigError::PeriodBounds { min: 0, max: 0 })?;
+        let be_pool = rcane.open_pool_trusted(sid, vp, BE_POOL).map_err(RcaneSetupError::Pool)?;
         Ok(Sched {
             rcane,
             be_pool,
@@ -124,6 +134,30 @@ impl Sched {
         }
     }
 
+    /// Queues `job` on `pool`, counting it as posted or, when the pool is
+    /// full, refused.
+    fn post(&mut self, pool: PoolId, job: Job) -> Result<(), PostRefusal> {
+        let now = self.rcane.sched().now();
+        match self.rcane.post(pool, job, now) {
+            Ok(()) => {
+                self.counters.jobs_posted += 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.counters.jobs_refused_full += u64::from(e.reason == PostRefusal::Full);
+                Err(e.reason)
+            }
+        }
+    }
+
+    /// Marks a job of `pool` finished (run, refused by the sandbox, or
+    /// nothing to run).
+    fn job_done(&mut self, pool: PoolId) {
+        self.counters.jobs_done += 1;
+        let now = self.rcane.sched().now();
+        let _ = self.rcane.finish_event(pool, now);
+    }
+
     /// Takes the suspended task of `principal`, if one holds its store.
     fn take_suspended_of(&mut self, principal: PrincipalId) -> Option<(VpId, PoolId, Task)> {
         let vp = self.suspended.iter().find(|(_, (_, t))| t.principal() == principal).map(|(vp, _)| *vp)?;
@@ -140,20 +174,11 @@ impl Sched {
         }
     }
 
-    /// Posts jobs on Best-Effort's module pool (counting refusals).
-    fn post_best_effort(&mut self, jobs: Vec<Job>) -> u64 {
-        let now = self.rcane.sched().now();
-        let mut refused = 0;
+    /// Posts jobs on Best-Effort's module pool (refusals are counted).
+    fn post_best_effort(&mut self, jobs: Vec<Job>) {
         for j in jobs {
-            match self.rcane.post(self.be_pool, j, now) {
-                Ok(()) => self.counters.jobs_posted += 1,
-                Err(_) => {
-                    self.counters.jobs_refused_full += 1;
-                    refused += 1;
-                }
-            }
+            let _ = self.post(self.be_pool, j);
         }
-        refused
     }
 
     /// Forgets a closed session whose VPs were `vps` (its pools went with
@@ -172,7 +197,7 @@ impl Node {
     /// start): alarms and channel packets become events on their
     /// principals' pools, run by [`Node::run_dispatch`]. `now_ns` is the
     /// time base of the scheduling calls (monotonic ns).
-    pub fn enable_rcane(&mut self, cfg: RcaneConfig, now_ns: u64) -> Result<(), anode_sched::ConfigError> {
+    pub fn enable_rcane(&mut self, cfg: RcaneConfig, now_ns: u64) -> Result<(), RcaneSetupError> {
         self.sched = Some(Box::new(Sched::new(cfg, now_ns)?));
         Ok(())
     }
@@ -219,15 +244,10 @@ impl Node {
         let principals: Vec<Option<PrincipalId>> =
             jobs.iter().map(|j| self.modules.as_ref().and_then(|m| m.sb.job_principal(j))).collect();
         let Some(s) = self.sched.as_mut() else { return };
-        let now_ns = s.rcane.sched().now();
         for (job, p) in jobs.drain(..).zip(principals) {
             let pool = s.pool_for(p);
-            match s.rcane.post(pool, job, now_ns) {
-                Ok(()) => s.counters.jobs_posted += 1,
-                Err(e) => {
-                    s.counters.jobs_refused_full += u64::from(e.reason == PostRefusal::Full);
-                    self.counters.drop(crate::counters::Drop::PoolFull);
-                }
+            if s.post(pool, job).is_err() {
+                self.counters.drop(crate::counters::Drop::PoolFull);
             }
         }
     }
@@ -297,9 +317,7 @@ impl Node {
                             if matches!(other, Some(Err(InvokeError::Busy))) {
                                 s.counters.jobs_busy += 1;
                             }
-                            s.counters.jobs_done += 1;
-                            let now_ns = s.rcane.sched().now();
-                            let _ = s.rcane.finish_event(pool, now_ns);
+                            s.job_done(pool);
                             done += 1;
                             if !keep_going() {
                                 break;
@@ -318,9 +336,7 @@ impl Node {
                     break;
                 }
                 _ => {
-                    s.counters.jobs_done += 1;
-                    let now_ns = s.rcane.sched().now();
-                    let _ = s.rcane.finish_event(pool, now_ns);
+                    s.job_done(pool);
                     done += 1;
                     if !keep_going() {
                         break;
@@ -517,38 +533,13 @@ impl Node {
                     "pools" => anode_sched::Resource::Pools,
                     _ => anode_sched::Resource::QueuedEvents,
                 };
-                let left = self.left_on_node(r);
+                let left = self.sched.as_ref().map_or(0, |s| s.rcane.left(r));
                 Err(Reply::Refused { resource: r, by: anode_sched::Limit::Credential, asked: requested, left, allowed })
             }
             Err(e) => {
                 tracing::debug!(principal = %from, reason = %e, "session credential refused");
                 Err(Reply::Error { code: ErrorCode::CredentialRefused, detail: 0 })
             }
-        }
-    }
-
-    /// What the node has left of a resource (for a refusal's message).
-    fn left_on_node(&mut self, r: anode_sched::Resource) -> u64 {
-        use anode_sched::Resource as R;
-        let Some(s) = self.sched.as_mut() else { return 0 };
-        let cap = s.rcane.config().capacity;
-        let now = s.rcane.sched().now();
-        let ids: Vec<SessionId> = s.rcane.sessions().collect();
-        let (mut cpu, mut heap, mut tx, mut rx) = (0u64, 0u64, 0u64, 0u64);
-        for sid in ids {
-            if let Ok(i) = s.rcane.session_info(sid, now) {
-                cpu = cpu.saturating_add(i.share_ppm);
-                heap = heap.saturating_add(i.heap_bytes);
-                tx = tx.saturating_add(i.tx_bytes_per_sec);
-                rx = rx.saturating_add(i.rx_bytes_per_sec);
-            }
-        }
-        match r {
-            R::Cpu | R::VpShare => cap.cpu_ppm.saturating_sub(cpu),
-            R::Heap => cap.heap_bytes.saturating_sub(heap),
-            R::Tx => cap.tx_bytes_per_sec.saturating_sub(tx),
-            R::Rx => cap.rx_bytes_per_sec.saturating_sub(rx),
-            _ => u64::MAX,
         }
     }
 
@@ -618,9 +609,8 @@ impl Node {
         let Some((vp, pool, task)) = s.take_suspended_of(principal) else { return false };
         self.with_sandbox(now_ms, out, |sb, _, a| sb.resume(task, &mut || true, a));
         if let Some(s) = self.sched.as_mut() {
+            s.job_done(pool);
             let now_ns = s.rcane.sched().now();
-            s.counters.jobs_done += 1;
-            let _ = s.rcane.finish_event(pool, now_ns);
             let _ = s.rcane.set_busy(vp, false, now_ns);
         }
         true
