@@ -40,11 +40,7 @@ impl Sandbox {
     pub(super) fn object_entry(&self, module: ModuleId, handle: i32) -> Result<Option<String>, InvokeError> {
         let m = self.modules.get(&module).ok_or(InvokeError::NoSuchModule)?;
         let t = self.tenants.get(&m.principal).ok_or(InvokeError::NoSuchModule)?;
-        let s = match m.kind {
-            ModuleKind::Module => t.modules.as_ref(),
-            ModuleKind::Capsule => t.capsules.as_ref(),
-        }
-        .ok_or(InvokeError::NoSuchModule)?;
+        let s = t.space(m.kind).ok_or(InvokeError::NoSuchModule)?;
         let store = s.store.as_ref().ok_or(InvokeError::Busy)?;
         Ok(store.data().handles.get(module.0, handle).map(|o| match o {
             Obj::Channel { entry, .. } | Obj::Alarm { entry, .. } => entry.clone(),

@@ -288,24 +288,14 @@ impl Sandbox {
     /// first use with the principal's memory cap.
     fn space_for(&mut self, principal: PrincipalId, grant: &Grant, kind: ModuleKind) -> Result<&mut Space, LoadError> {
         self.tenant(principal, grant);
-        let missing = self.tenants.get(&principal).is_some_and(|t| match kind {
-            ModuleKind::Module => t.modules.is_none(),
-            ModuleKind::Capsule => t.capsules.is_none(),
-        });
+        let missing = self.tenants.get(&principal).is_some_and(|t| t.space(kind).is_none());
         if missing {
             let s = self.new_space(principal).ok_or(LoadError::Instantiate("tenant".into()))?;
             let t = self.tenants.get_mut(&principal).ok_or(LoadError::Instantiate("tenant".into()))?;
-            match kind {
-                ModuleKind::Module => t.modules = Some(s),
-                ModuleKind::Capsule => t.capsules = Some(s),
-            }
+            *t.slot(kind) = Some(s);
         }
         let t = self.tenants.get_mut(&principal).ok_or(LoadError::Instantiate("tenant".into()))?;
-        match kind {
-            ModuleKind::Module => t.modules.as_mut(),
-            ModuleKind::Capsule => t.capsules.as_mut(),
-        }
-        .ok_or(LoadError::Instantiate("space".into()))
+        t.slot(kind).as_mut().ok_or(LoadError::Instantiate("space".into()))
     }
 
     /// Records an instantiated module under `id`.
@@ -337,10 +327,7 @@ impl Sandbox {
 
     pub(super) fn reclaim_if_empty(&mut self, principal: PrincipalId, kind: ModuleKind) {
         if let Some(t) = self.tenants.get_mut(&principal) {
-            let slot = match kind {
-                ModuleKind::Module => &mut t.modules,
-                ModuleKind::Capsule => &mut t.capsules,
-            };
+            let slot = t.slot(kind);
             if slot.as_ref().is_some_and(|s| s.live == 0) {
                 *slot = None;
             }
@@ -354,11 +341,7 @@ impl Sandbox {
         self.names.retain(|_, v| *v != id);
         self.channels.retain(|c| c.module != id);
         if let Some(t) = self.tenants.get_mut(&m.principal) {
-            let slot = match m.kind {
-                ModuleKind::Module => &mut t.modules,
-                ModuleKind::Capsule => &mut t.capsules,
-            };
-            if let Some(s) = slot.as_mut() {
+            if let Some(s) = t.slot(m.kind).as_mut() {
                 match s.store.as_mut() {
                     Some(st) => drop(st.data_mut().handles.remove_owner(id.0)),
                     None => s.unloaded.push(id.0),

@@ -461,6 +461,24 @@ struct Tenant {
     mem_cap: usize,
 }
 
+impl Tenant {
+    /// The principal's store for modules or for capsule instances.
+    fn slot(&mut self, kind: ModuleKind) -> &mut Option<Space> {
+        match kind {
+            ModuleKind::Module => &mut self.modules,
+            ModuleKind::Capsule => &mut self.capsules,
+        }
+    }
+
+    /// The same, read-only.
+    fn space(&self, kind: ModuleKind) -> Option<&Space> {
+        match kind {
+            ModuleKind::Module => self.modules.as_ref(),
+            ModuleKind::Capsule => self.capsules.as_ref(),
+        }
+    }
+}
+
 struct Loaded {
     kind: ModuleKind,
     principal: PrincipalId,

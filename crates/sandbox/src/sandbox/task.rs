@@ -190,11 +190,7 @@ impl Sandbox {
     }
 
     pub(super) fn space_mut(&mut self, principal: PrincipalId, kind: ModuleKind) -> Option<&mut Space> {
-        let t = self.tenants.get_mut(&principal)?;
-        match kind {
-            ModuleKind::Module => t.modules.as_mut(),
-            ModuleKind::Capsule => t.capsules.as_mut(),
-        }
+        self.tenants.get_mut(&principal)?.slot(kind).as_mut()
     }
 
     /// Starts entry `entry` of module `id`: takes the principal's store,
@@ -221,11 +217,7 @@ impl Sandbox {
             };
             let (principal, kind, fuel) = (m.principal, m.kind, m.grant.limits.cpu);
             let t = self.tenants.get_mut(&principal).ok_or(InvokeError::NoSuchModule)?;
-            let space = match kind {
-                ModuleKind::Module => t.modules.as_mut(),
-                ModuleKind::Capsule => t.capsules.as_mut(),
-            }
-            .ok_or(InvokeError::NoSuchModule)?;
+            let space = t.slot(kind).as_mut().ok_or(InvokeError::NoSuchModule)?;
             let mut store = space.store.take().ok_or(InvokeError::Busy)?;
             m.counters.invocations += 1;
             begin_call(&mut store, id, now, source, input, capsule);
@@ -320,11 +312,9 @@ impl Sandbox {
         let routes = self.routes.clone();
         let Some(t) = self.tenants.get_mut(&task.principal) else { return };
         let cap = t.mem_cap;
-        let slot = match task.kind {
-            ModuleKind::Module => t.modules.as_mut(),
-            ModuleKind::Capsule => t.capsules.as_mut(),
+        let Some(space) = t.slot(task.kind).as_mut().filter(|s| s.id == task.space && s.store.is_none()) else {
+            return;
         };
-        let Some(space) = slot.filter(|s| s.id == task.space && s.store.is_none()) else { return };
         let d = store.data_mut();
         d.limiter.cap = cap;
         d.routes = routes;
