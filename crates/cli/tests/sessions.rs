@@ -19,6 +19,28 @@ struct Env {
 }
 
 impl Env {
+    /// A line a - b - c whose nodes accept the users `names` (a key pair
+    /// each, in order), the commands pointed at c: the env, c's node
+    /// directory, and each user's (secret key, public key) files.
+    fn up(tag: &str, names: &[&str]) -> (Env, std::path::PathBuf, Vec<(std::path::PathBuf, std::path::PathBuf)>) {
+        let s = Scratch::new("sessions", tag);
+        let keys: Vec<_> = names.iter().map(|n| user_keys(&s.0.join(n), n)).collect();
+        let mut args = Vec::new();
+        for (_, p) in &keys {
+            args.push("--user");
+            args.push(p.to_str().unwrap());
+        }
+        up_line3(&s, &args);
+        let c = s.tb().join("c");
+        let env = Env {
+            admin: s.tb().join("keys").join("admin.key"),
+            node: first_listen(&c),
+            node_key: s.tb().join("keys").join("c.pub"),
+            s,
+        };
+        (env, c, keys)
+    }
+
     fn run(&self, key: &Path, args: &[&str]) -> Output {
         Command::new(ANODE)
             .args(args)
@@ -65,17 +87,10 @@ fn principal_sessions(c: &Path) -> Vec<serde_json::Value> {
 
 #[test]
 fn sessions_open_run_modules_refuse_what_is_not_allowed_and_close() {
-    let s = Scratch::new("sessions", "all");
-    let (ukey, upub) = user_keys(&s.0.join("user"), "u");
-    let (mkey, mpub) = user_keys(&s.0.join("mallory"), "m");
-    up_line3(&s, &["--user", upub.to_str().unwrap(), "--user", mpub.to_str().unwrap()]);
-    let c = s.tb().join("c");
-    let env = Env {
-        admin: s.tb().join("keys").join("admin.key"),
-        node: first_listen(&c),
-        node_key: s.tb().join("keys").join("c.pub"),
-        s,
-    };
+    let (env, c, keys) = Env::up("all", &["u", "m"]);
+    let mut keys = keys.into_iter();
+    let (ukey, upub) = keys.next().unwrap();
+    let (mkey, mpub) = keys.next().unwrap();
     // The user's CPU-bound module, loaded over the network: best-effort first.
     let burn = modules_dir().join("burn.wasm");
     let mcred = env.cred(
@@ -203,16 +218,9 @@ fn sessions_open_run_modules_refuse_what_is_not_allowed_and_close() {
 
 #[test]
 fn an_expired_session_credential_is_refused() {
-    let s = Scratch::new("sessions", "expired");
-    let (ukey, upub) = user_keys(&s.0.join("user"), "u");
-    up_line3(&s, &["--user", upub.to_str().unwrap()]);
-    let c = s.tb().join("c");
-    let env = Env {
-        admin: s.tb().join("keys").join("admin.key"),
-        node: first_listen(&c),
-        node_key: s.tb().join("keys").join("c.pub"),
-        s,
-    };
+    let (env, _c, keys) = Env::up("expired", &["u"]);
+    let mut keys = keys.into_iter();
+    let (ukey, upub) = keys.next().unwrap();
     let scred = env.cred(&upub, "u.session", &["--kind", "session", "--expires", "1s"]);
     std::thread::sleep(std::time::Duration::from_millis(2100));
     let o = env.run(&ukey, &["session", "open", "--credential", scred.to_str().unwrap(), "--vp", "100us/4ms"]);
@@ -222,16 +230,9 @@ fn an_expired_session_credential_is_refused() {
 
 #[test]
 fn the_operator_lists_and_unloads_modules() {
-    let s = Scratch::new("sessions", "modules");
-    let (ukey, upub) = user_keys(&s.0.join("user"), "u");
-    up_line3(&s, &["--user", upub.to_str().unwrap()]);
-    let c = s.tb().join("c");
-    let env = Env {
-        admin: s.tb().join("keys").join("admin.key"),
-        node: first_listen(&c),
-        node_key: s.tb().join("keys").join("c.pub"),
-        s,
-    };
+    let (env, c, keys) = Env::up("modules", &["u"]);
+    let mut keys = keys.into_iter();
+    let (ukey, upub) = keys.next().unwrap();
     let burn = modules_dir().join("burn.wasm");
     let mcred = env.cred(
         &upub,
@@ -291,17 +292,10 @@ fn the_operator_lists_and_unloads_modules() {
 /// its limit.
 #[test]
 fn hostile_modules_do_not_cost_a_session_its_reservation() {
-    let s = Scratch::new("sessions", "hostile");
-    let (vkey, vpub) = user_keys(&s.0.join("victim"), "v");
-    let (hkey, hpub) = user_keys(&s.0.join("hostile"), "h");
-    up_line3(&s, &["--user", vpub.to_str().unwrap(), "--user", hpub.to_str().unwrap()]);
-    let c = s.tb().join("c");
-    let env = Env {
-        admin: s.tb().join("keys").join("admin.key"),
-        node: first_listen(&c),
-        node_key: s.tb().join("keys").join("c.pub"),
-        s,
-    };
+    let (env, c, keys) = Env::up("hostile", &["v", "h"]);
+    let mut keys = keys.into_iter();
+    let (vkey, vpub) = keys.next().unwrap();
+    let (hkey, hpub) = keys.next().unwrap();
     let load = |key: &Path, pubk: &Path, name: &str, ifaces: &str, extra: &[&str]| {
         let wasm = modules_dir().join(format!("{name}.wasm"));
         let mut args = vec!["--kind", "module", "--module", wasm.to_str().unwrap(), "--interface", ifaces];
@@ -366,16 +360,9 @@ fn hostile_modules_do_not_cost_a_session_its_reservation() {
 
 #[test]
 fn session_requests_are_rate_limited_and_credentials_end_sessions() {
-    let s = Scratch::new("sessions", "limits");
-    let (ukey, upub) = user_keys(&s.0.join("user"), "u");
-    up_line3(&s, &["--user", upub.to_str().unwrap()]);
-    let c = s.tb().join("c");
-    let env = Env {
-        admin: s.tb().join("keys").join("admin.key"),
-        node: first_listen(&c),
-        node_key: s.tb().join("keys").join("c.pub"),
-        s,
-    };
+    let (env, c, keys) = Env::up("limits", &["u"]);
+    let mut keys = keys.into_iter();
+    let (ukey, upub) = keys.next().unwrap();
     // A burst of 200 requests over one SA: the burst allowance (40) is
     // answered, the rest refused with RateLimited; none is lost unanswered.
     let o = env.run(&ukey, &["session", "list", "--repeat", "200"]);
