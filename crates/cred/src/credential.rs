@@ -31,7 +31,7 @@ use std::time::{Duration, SystemTime};
 
 use biscuit_auth::builder::{Algorithm, BlockBuilder, Check, Op, Term};
 use biscuit_auth::error::{FailedCheck, Format, Logic, Token};
-use biscuit_auth::{AuthorizerBuilder, AuthorizerLimits, Biscuit, KeyPair, PublicKey};
+use biscuit_auth::{Authorizer, AuthorizerBuilder, AuthorizerLimits, Biscuit, KeyPair, PublicKey};
 use sha2::{Digest, Sha256};
 use tracing::{debug, info, warn};
 
@@ -179,6 +179,51 @@ impl CredError {
 
 pub(crate) fn build_err(e: Token) -> CredError {
     CredError::Build(e.to_string())
+}
+
+/// A token that could not be run: a run limit, or anything else as malformed.
+pub(crate) fn run_err(e: Token) -> CredError {
+    match e {
+        Token::RunLimit(r) => CredError::RunLimit(r.to_string()),
+        other => CredError::Malformed(other.to_string()),
+    }
+}
+
+/// Phase 2 of a decision: every block's checks of `token`, run against
+/// the authorizer code `src` (the request as facts, then its `allow`
+/// policy) with `params`. A failed check is [`CredError::Expired`] when it
+/// tests the time, else [`CredError::CheckFailed`]; no matching policy
+/// otherwise is `refused()`. Returns the authorizer, to read the checks
+/// from (their dates bound how long the decision holds).
+pub(crate) fn authorize_checks(
+    token: &Biscuit,
+    src: String,
+    params: HashMap<String, Term>,
+    limits: AuthorizerLimits,
+    refused: impl FnOnce() -> CredError,
+) -> Result<Authorizer, CredError> {
+    let mut az = AuthorizerBuilder::new()
+        .code_with_params(src, params, HashMap::new())
+        .map_err(build_err)?
+        .set_limits(limits)
+        .build(token)
+        .map_err(run_err)?;
+    match az.authorize() {
+        Ok(_) => Ok(az),
+        Err(Token::FailedLogic(Logic::Unauthorized { checks, .. } | Logic::NoMatchingPolicy { checks }))
+            if !checks.is_empty() =>
+        {
+            let text: Vec<String> = checks.iter().map(failed_rule).collect();
+            let check = text.join("; ");
+            Err(if text.iter().any(|c| c.contains("time(")) {
+                CredError::Expired { check }
+            } else {
+                CredError::CheckFailed { check }
+            })
+        }
+        Err(Token::FailedLogic(_)) => Err(refused()),
+        Err(e) => Err(run_err(e)),
+    }
 }
 
 /// A module pattern an ordinary credential grants.
@@ -611,17 +656,14 @@ impl Verifier {
         {
             return Err(CredError::InvalidLocalName(n.into()));
         }
-        let run = |e: Token| match e {
-            Token::RunLimit(r) => CredError::RunLimit(r.to_string()),
-            other => CredError::Malformed(other.to_string()),
-        };
         // Phase 1: what the authority block says (facts of later blocks are not trusted).
-        let mut a = AuthorizerBuilder::new().set_limits(self.cfg.run_limits.clone()).build(&cred.token).map_err(run)?;
+        let mut a =
+            AuthorizerBuilder::new().set_limits(self.cfg.run_limits.clone()).build(&cred.token).map_err(run_err)?;
         let found = crate::session::kind_of(&mut a)?;
         if found != "module" {
             return Err(CredError::WrongKind { expected: "module", found });
         }
-        let principals: Vec<(String,)> = a.query("q($p) <- principal($p)").map_err(run)?;
+        let principals: Vec<(String,)> = a.query("q($p) <- principal($p)").map_err(run_err)?;
         let principal = match principals.as_slice() {
             [(p,)] => PrincipalId::from_hex(p).ok_or(CredError::NoPrincipal)?,
             _ => return Err(CredError::NoPrincipal),
@@ -631,20 +673,20 @@ impl Verifier {
         {
             return Err(CredError::WrongPrincipal { owner: principal, requester: r });
         }
-        let admin: Vec<(bool,)> = a.query("q(true) <- right(\"admin\")").map_err(run)?;
+        let admin: Vec<(bool,)> = a.query("q(true) <- right(\"admin\")").map_err(run_err)?;
         let admin = !admin.is_empty();
         let node = self.cfg.node_limits;
         let (granted_ifaces, max) = if admin {
             (InterfaceSet::ALL, node)
         } else {
-            let ifs: Vec<(String,)> = a.query("q($i) <- interface($i)").map_err(run)?;
+            let ifs: Vec<(String,)> = a.query("q($i) <- interface($i)").map_err(run_err)?;
             let mut set = InterfaceSet::EMPTY;
             for (i,) in ifs {
                 if let Some(i) = Interface::from_name(&i) {
                     set.insert(i);
                 }
             }
-            let lims: Vec<(String, i64)> = a.query("q($k, $v) <- limit($k, $v)").map_err(run)?;
+            let lims: Vec<(String, i64)> = a.query("q($k, $v) <- limit($k, $v)").map_err(run_err)?;
             let mut m = Limits { memory: 0, cpu: 0, state: 0 };
             for (k, v) in lims {
                 let v = u64::try_from(v).unwrap_or(0);
@@ -702,28 +744,9 @@ impl Verifier {
             src.push_str("requester({rq});\n");
             p.insert("rq".into(), Term::Str(r.to_hex()));
         }
-        let mut az = AuthorizerBuilder::new()
-            .code_with_params(src, p, HashMap::new())
-            .map_err(build_err)?
-            .set_limits(self.cfg.run_limits.clone())
-            .build(&cred.token)
-            .map_err(run)?;
-        match az.authorize() {
-            Ok(_) => {}
-            Err(Token::FailedLogic(Logic::Unauthorized { checks, .. } | Logic::NoMatchingPolicy { checks }))
-                if !checks.is_empty() =>
-            {
-                let text: Vec<String> = checks.iter().map(failed_rule).collect();
-                let check = text.join("; ");
-                return Err(if text.iter().any(|c| c.contains("time(")) {
-                    CredError::Expired { check }
-                } else {
-                    CredError::CheckFailed { check }
-                });
-            }
-            Err(Token::FailedLogic(_)) => return Err(CredError::NotGranted { module: req.code.hash }),
-            Err(e) => return Err(run(e)),
-        }
+        let az = authorize_checks(&cred.token, src, p, self.cfg.run_limits.clone(), || CredError::NotGranted {
+            module: req.code.hash,
+        })?;
         // Thinning at the authority level: every import needs its right.
         if let Some(missing) = req.interfaces.iter().find(|i| !granted_ifaces.contains(*i)) {
             return Err(CredError::InterfaceNotGranted { import: format!("{}.*", missing.name()), right: missing });

@@ -81,13 +81,13 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use biscuit_auth::builder::{Binary, BlockBuilder, Check, CheckKind, Op, Term};
-use biscuit_auth::error::{Logic, Token};
 use biscuit_auth::{Authorizer, AuthorizerBuilder, Biscuit};
 use sha2::{Digest, Sha256};
 use tracing::{debug, info, warn};
 
 use crate::credential::{
-    CredError, Credential, Issuer, Verifier, build_err, check_dates, clamp_i64, fact1, failed_rule, with_expiry,
+    CredError, Credential, Issuer, Verifier, authorize_checks, build_err, check_dates, clamp_i64, fact1, run_err,
+    with_expiry,
 };
 use crate::naming::PrincipalId;
 
@@ -430,13 +430,6 @@ pub fn check_expiry(c: &Check) -> Option<SystemTime> {
     check_dates(c).into_iter().min().map(|d| SystemTime::UNIX_EPOCH + Duration::from_secs(d))
 }
 
-fn run_err(e: Token) -> CredError {
-    match e {
-        Token::RunLimit(r) => CredError::RunLimit(r.to_string()),
-        other => CredError::Malformed(other.to_string()),
-    }
-}
-
 /// The kind an authority block states: its `kind(..)` fact, `monitor` for a
 /// monitoring credential (`right("monitor")`), `module` when it states
 /// none; several kinds come back joined with `+`, matching no kind.
@@ -597,30 +590,10 @@ impl Verifier {
             p.insert(am.name.into(), Term::Integer(clamp_i64((am.request)(req))));
         }
         src.push_str("allow if kind(\"session\");\n");
-        let mut az = AuthorizerBuilder::new()
-            .code_with_params(src, p, HashMap::new())
-            .map_err(build_err)?
-            .set_limits(self.cfg.run_limits.clone())
-            .build(cred.token())
-            .map_err(run_err)?;
-        match az.authorize() {
-            Ok(_) => {}
-            Err(Token::FailedLogic(Logic::Unauthorized { checks, .. } | Logic::NoMatchingPolicy { checks }))
-                if !checks.is_empty() =>
-            {
-                let text: Vec<String> = checks.iter().map(failed_rule).collect();
-                let check = text.join("; ");
-                return Err(if text.iter().any(|c| c.contains("time(")) {
-                    CredError::Expired { check }
-                } else {
-                    CredError::CheckFailed { check }
-                });
-            }
-            Err(Token::FailedLogic(_)) => {
-                return Err(CredError::WrongKind { expected: "session", found: "unknown".into() });
-            }
-            Err(e) => return Err(run_err(e)),
-        }
+        authorize_checks(cred.token(), src, p, self.cfg.run_limits.clone(), || CredError::WrongKind {
+            expected: "session",
+            found: "unknown".into(),
+        })?;
         let until = recheck_at.map_or(now + self.cfg.decision_ttl, |t| t.min(now + self.cfg.decision_ttl));
         Ok((SessionGrant { principal, ceilings, recheck_at }, until))
     }
