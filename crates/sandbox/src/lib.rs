@@ -37,9 +37,9 @@ pub use anode_cred::{self as cred, PrincipalId};
 pub use cache::{CacheStats, Import};
 pub use host::HostLimits;
 pub use sandbox::{
-    CapsuleError, CapsuleOutcome, CpuBound, DEFAULT_HOST_CALL_FUEL, DEFAULT_YIELD_FUEL, Invocation, InvokeError, Job,
-    JobKind, LoadError, LoadSpec, ModuleCounters, ModuleInfo, ModuleKind, Sandbox, SandboxConfig, SandboxCounters,
-    SetupError, Step, Task,
+    CapsuleError, CapsuleJob, CapsuleOutcome, CpuBound, DEFAULT_HOST_CALL_FUEL, DEFAULT_YIELD_FUEL, Invocation,
+    InvokeError, Job, JobKind, LoadError, LoadSpec, ModuleCounters, ModuleInfo, ModuleKind, Sandbox, SandboxConfig,
+    SandboxCounters, SetupError, Step, Task,
 };
 
 /// Most entries one module may register.

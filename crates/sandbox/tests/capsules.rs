@@ -281,3 +281,41 @@ fn ping_helpers_match_the_module() {
     assert_eq!(anode_sandbox::ping::parse_reply(payload), Some((addr(2), 3)));
     assert_eq!(anode_sandbox::ping::parse_reply(b"short"), None);
 }
+
+#[test]
+fn deferred_capsules_become_jobs_of_their_principal_that_run_like_the_capsule() {
+    let code = variant(7);
+    let cred = admin(user());
+    let bytes = capsule_bytes("run", cred.to_bytes(), b"", &code, true);
+    let mut out = Vec::new();
+    // At once (the default): the entry's result comes back.
+    let mut inline = sandbox();
+    assert!(matches!(
+        inline.handle_capsule(now(0), addr(2), &bytes, &mut out),
+        Ok(CapsuleOutcome::Ran { result: 7, .. })
+    ));
+    // Deferred: verified and instantiated, then a job of the principal.
+    let mut sb = sandbox();
+    sb.defer_capsules(true);
+    let module = match sb.handle_capsule(now(0), addr(2), &bytes, &mut out) {
+        Ok(CapsuleOutcome::Queued { module }) => module,
+        r => panic!("{r:?}"),
+    };
+    assert_eq!(sb.counters().capsules_run, 0, "nothing ran yet");
+    let mut jobs = Vec::new();
+    sb.take_capsule_jobs(&mut jobs);
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].module, module);
+    assert_eq!(sb.job_principal(&jobs[0]), Some(user()));
+    let task = sb.start(now(1), jobs.remove(0)).unwrap().unwrap();
+    match sb.resume(task, &mut || true, &mut out) {
+        anode_sandbox::Step::Done(r) => assert_eq!(r.unwrap(), 7),
+        anode_sandbox::Step::Yielded(_) => panic!("keep_going said go on"),
+    }
+    assert_eq!(sb.counters().capsules_run, 1);
+    // A refused capsule makes no job.
+    let forged = capsule_bytes("run", b"not a credential", b"", &code, true);
+    assert!(sb.handle_capsule(now(2), addr(2), &forged, &mut out).is_err());
+    sb.take_capsule_jobs(&mut jobs);
+    assert!(jobs.is_empty());
+}

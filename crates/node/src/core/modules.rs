@@ -6,6 +6,7 @@
 //!
 //! ```text
 //! CAPSULE (0xA003) from neighbour N ──► Sandbox::handle_capsule(now, N) ──► actions
+//!     (with RCANE on: verified here, then its entry is a Job on its principal's pool)
 //! a payload for a port a module channel matches ──► Sandbox::deliver ──► actions
 //! actions: SendCapsule{to} ──► CAPSULE datagram to that neighbour (sealed hop by hop)
 //!          SendPacket{dst,port} ──► a plain packet, routed
@@ -37,7 +38,11 @@ impl Node {
     /// `[modules]` section by [`crate::switchlets::sandbox`]).
     /// `unix_ms_at_zero` is the wall-clock time when `now_ms` was 0
     /// (credential expiry).
-    pub fn enable_modules(&mut self, sb: Sandbox, unix_ms_at_zero: u64) {
+    ///
+    /// With RCANE on, capsules run as events of their principal's session
+    /// ([`Sandbox::defer_capsules`]).
+    pub fn enable_modules(&mut self, mut sb: Sandbox, unix_ms_at_zero: u64) {
+        sb.defer_capsules(self.sched.is_some());
         self.modules = Some(Box::new(Switch { sb, actions: Vec::new(), invocations: Vec::new(), unix_ms_at_zero }));
     }
 
@@ -155,13 +160,21 @@ impl Node {
             return Ok(());
         }
         self.counters.rx_capsule += 1;
-        match self.with_sandbox(now_ms, out, |sb, now, a| sb.handle_capsule(now, prev, msg, a)) {
+        let r = match self.with_sandbox(now_ms, out, |sb, now, a| sb.handle_capsule(now, prev, msg, a)) {
             Some(Err(e)) => {
                 self.counters.drop(Drop::CapsuleRefused);
                 Err(e)
             }
             _ => Ok(()),
+        };
+        // Verified capsules (with RCANE on) wait as events of their
+        // principal's session: queued on its pool, run by its VP.
+        let mut jobs = Vec::new();
+        if let Some(m) = self.modules.as_mut() {
+            m.sb.take_capsule_jobs(&mut jobs);
         }
+        self.post_jobs(&mut jobs, out);
+        r
     }
 
     /// Delivers to the local application that registered `port`, never to a

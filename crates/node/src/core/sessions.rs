@@ -199,6 +199,9 @@ impl Node {
     /// time base of the scheduling calls (monotonic ns).
     pub fn enable_rcane(&mut self, cfg: RcaneConfig, now_ns: u64) -> Result<(), RcaneSetupError> {
         self.sched = Some(Box::new(Sched::new(cfg, now_ns)?));
+        if let Some(m) = self.modules.as_mut() {
+            m.sb.defer_capsules(true);
+        }
         Ok(())
     }
 

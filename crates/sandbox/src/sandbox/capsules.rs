@@ -90,6 +90,22 @@ impl Sandbox {
         }
     }
 
+    /// Whether verified capsules are run at once (`false`, the default) or
+    /// handed to the node as [`Job`]s, so that they run as events of their
+    /// principal's session, in its virtual processor (RCANE §IV-C). Only
+    /// what precedes the entry is done at once: parsing, the code's hash,
+    /// the credential's decision and the instance (with its `anode_init`).
+    pub fn defer_capsules(&mut self, on: bool) {
+        self.defer_capsules = on;
+    }
+
+    /// Moves the capsules verified since the last call (with
+    /// [`Sandbox::defer_capsules`] on) into `into`, as jobs to queue on
+    /// their principals' pools ([`Sandbox::job_principal`]).
+    pub fn take_capsule_jobs(&mut self, into: &mut Vec<Job>) {
+        into.append(&mut self.capsule_jobs);
+    }
+
     pub(super) fn wait_for_code(
         &mut self,
         now: Now,
@@ -152,6 +168,15 @@ impl Sandbox {
             }
         };
         let ctx = CapsuleCtx { hash: c.hash, credential: c.credential.into(), code };
+        if self.defer_capsules {
+            self.capsule_jobs.push(Job {
+                module: id,
+                kind: JobKind::Capsule { entry: c.entry.into(), ctx: CapsuleJob(ctx) },
+                input: c.data.to_vec(),
+                source: u32::from(from),
+            });
+            return Ok(CapsuleOutcome::Queued { module: id });
+        }
         let result = self.call(now, id, c.entry, 0, c.data, u32::from(from), Some(ctx), out)?;
         self.counters.capsules_run += 1;
         Ok(CapsuleOutcome::Ran { module: id, result })

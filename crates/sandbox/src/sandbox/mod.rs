@@ -17,7 +17,7 @@ mod timers;
 
 use invoke::{arm, begin_call, classify, drop_call};
 use task::run_to_end;
-pub use task::{Job, JobKind, Step, Task};
+pub use task::{CapsuleJob, Job, JobKind, Step, Task};
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -306,6 +306,13 @@ pub enum CapsuleOutcome {
     },
     /// Nothing to do (a request for code not cached, or an unsolicited reply).
     Ignored,
+    /// The capsule was verified and its instance made; its entry waits, as
+    /// a [`Job`] of its principal, for [`Sandbox::take_capsule_jobs`]
+    /// (only with [`Sandbox::defer_capsules`]).
+    Queued {
+        /// The capsule instance.
+        module: ModuleId,
+    },
 }
 
 /// A module to load.
@@ -541,6 +548,11 @@ pub struct Sandbox {
     /// Invocations since the node last took them (who ran, and what it used).
     invocations: Vec<Invocation>,
     fetches: HashMap<ModuleHash, Fetch>,
+    /// Capsules run as [`Job`]s of their principal rather than at once
+    /// (see [`Sandbox::defer_capsules`]).
+    defer_capsules: bool,
+    /// Verified capsules waiting for the node to queue them.
+    capsule_jobs: Vec<Job>,
     pending: usize,
     next_id: u32,
     next_space: u64,
@@ -589,6 +601,8 @@ impl Sandbox {
             rechecks: BinaryHeap::new(),
             invocations: Vec::new(),
             fetches: HashMap::new(),
+            defer_capsules: false,
+            capsule_jobs: Vec::new(),
             pending: 0,
             next_id: 1,
             next_space: 1,

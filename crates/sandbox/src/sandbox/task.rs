@@ -46,7 +46,28 @@ pub enum JobKind {
         /// The channel's handle.
         handle: i32,
     },
+    /// A verified capsule's entry (the input is its data, the source its
+    /// previous hop).
+    Capsule {
+        /// The entry's name.
+        entry: String,
+        /// What the capsule's code may ask about itself.
+        ctx: CapsuleJob,
+    },
 }
+
+/// A queued capsule's own context (its code hash, credential and code, for
+/// the capsule interfaces), opaque outside the sandbox.
+#[derive(Debug, Clone)]
+pub struct CapsuleJob(pub(crate) CapsuleCtx);
+
+impl PartialEq for CapsuleJob {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.hash == other.0.hash && self.0.credential == other.0.credential && self.0.code == other.0.code
+    }
+}
+
+impl Eq for CapsuleJob {}
 
 /// One unit of module work, an RCANE event: queued on a pool, run by the
 /// pool's virtual processor.
@@ -150,6 +171,11 @@ impl Sandbox {
                 }
                 None => return Ok(None),
             },
+            JobKind::Capsule { entry, ctx } => {
+                let t = self.start_call(now, job.module, &entry, 0, &job.input, job.source, Some(ctx.0))?;
+                self.counters.capsules_run += 1;
+                return Ok(Some(t));
+            }
         };
         self.start_call(now, job.module, &entry, arg, &job.input, job.source, None).map(Some)
     }
