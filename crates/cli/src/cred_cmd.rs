@@ -390,6 +390,11 @@ fn share(s: &str) -> Result<u64> {
     Ok(ppm)
 }
 
+/// [`span`] for clap's `value_parser`.
+pub(crate) fn span_arg(s: &str) -> Result<Duration, String> {
+    span(s).map_err(|e| e.to_string())
+}
+
 /// A short time span: `4ms`, `500us`, `1s`, `250000ns`.
 pub(crate) fn span(s: &str) -> Result<Duration> {
     let t = s.trim();

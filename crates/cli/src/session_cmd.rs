@@ -85,6 +85,25 @@ pub enum SessionCmd {
         #[command(flatten)]
         target: Target,
     },
+    /// Keep a session alive: the node closes a session whose principal has
+    /// held no security association with it for its grace period
+    /// (`[modules] session_grace_secs`, default 60 s, after the SA's
+    /// `reject_after_secs`, default 180 s). This contacts the node over a
+    /// fresh SA every `--every` and prints the session, until the session
+    /// ends (exit 1, with the node's answer), `--for` is over, or Ctrl-C.
+    Hold {
+        /// The session.
+        session: String,
+        /// How often to contact the node, e.g. `60s` (less than the node's
+        /// `reject_after_secs`).
+        #[arg(long, default_value = "60s", value_parser = crate::cred_cmd::span_arg)]
+        every: std::time::Duration,
+        /// Stop after this long, e.g. `600s` (default: until Ctrl-C).
+        #[arg(long = "for", value_parser = crate::cred_cmd::span_arg)]
+        duration: Option<std::time::Duration>,
+        #[command(flatten)]
+        target: Target,
+    },
 }
 
 fn handle(s: &str) -> Result<u64> {
@@ -228,6 +247,7 @@ pub fn run(c: SessionCmd) -> Result<ExitCode> {
         SessionCmd::Show { session, target } => {
             (Request::Show { session: SessionId::from_raw(handle(&session)?) }, target)
         }
+        SessionCmd::Hold { session, every, duration, target } => return hold(&session, every, duration, &target),
     };
     let body = req.to_bytes().map_err(|e| anyhow!("session request: {e}"))?;
     let node = target.node;
@@ -237,4 +257,32 @@ pub fn run(c: SessionCmd) -> Result<ExitCode> {
         Err(e) => bail!("{node} answered with a malformed session reply: {e}"),
     };
     Ok(if print(&reply) { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// `anode session hold`: a fresh SA and a `show` every `every`.
+fn hold(
+    session: &str,
+    every: std::time::Duration,
+    duration: Option<std::time::Duration>,
+    target: &Target,
+) -> Result<ExitCode> {
+    if every.is_zero() {
+        bail!("--every must be more than 0");
+    }
+    let body = Request::Show { session: SessionId::from_raw(handle(session)?) }
+        .to_bytes()
+        .map_err(|e| anyhow!("session request: {e}"))?;
+    let start = std::time::Instant::now();
+    loop {
+        let answer = sa_client::request(target, &body, "session request")?;
+        let reply = Reply::parse_bytes(&answer)
+            .map_err(|e| anyhow!("{} answered with a malformed session reply: {e}", target.node))?;
+        if !print(&reply) {
+            return Ok(ExitCode::from(1));
+        }
+        if duration.is_some_and(|d| start.elapsed() + every > d) {
+            return Ok(ExitCode::SUCCESS);
+        }
+        std::thread::sleep(every);
+    }
 }

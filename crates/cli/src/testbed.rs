@@ -139,6 +139,21 @@ pub struct UpArgs {
     /// NODE_DIR/periods.csv (`anode node --period-log`; Fig. 11).
     #[arg(long)]
     pub period_log: bool,
+    /// Every node's SA lifetime, seconds (`[security] reject_after_secs`;
+    /// nodes rekey at half of it). Short lifetimes are for tests.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(2..))]
+    pub sa_lifetime: Option<u64>,
+    /// How long every node keeps a principal's session after its last SA,
+    /// seconds (`[modules] session_grace_secs`, default 60).
+    #[arg(long, value_name = "SECS")]
+    pub session_grace: Option<u64>,
+}
+
+/// Settings the testbed writes into every node's config.
+#[derive(Debug, Clone, Copy, Default)]
+struct Tuning {
+    sa_lifetime: Option<u64>,
+    session_grace: Option<u64>,
 }
 
 /// Security settings for a plan: the mode, and every node's public key and
@@ -280,6 +295,7 @@ fn plan(
     endpoints: &Endpoints,
     sec: Option<&PlanSecurity>,
     admin: Option<&anode_sec::PublicKey>,
+    tuning: Tuning,
 ) -> Result<Plan> {
     check_topology(t)?;
     let addr = |name: &str| t.address_of(name).ok_or_else(|| anyhow!("unknown node {name:?}"));
@@ -328,15 +344,23 @@ fn plan(
             listens.push((peer.to_owned(), listen));
         }
         cfg.routes.topology = Some(topo_path.clone());
-        cfg.modules = admin.map(|k| ModulesConfig { admin_key: k.to_string(), loads: Vec::new() });
+        cfg.modules = admin.map(|k| ModulesConfig::new(k.to_string()));
+        if let (Some(m), Some(g)) = (cfg.modules.as_mut(), tuning.session_grace) {
+            m.session_grace_secs = g;
+        }
         if let Some(s) = sec {
             let (_, file) = s.keys.get(&n.name).ok_or_else(|| anyhow!("internal: no key for {:?}", n.name))?;
-            cfg.security = Some(SecurityConfig {
+            let mut sc = SecurityConfig {
                 key: Some(file.clone()),
                 mode: Some(s.mode.clone()),
                 users: s.users.iter().map(|k| k.to_string()).collect(),
                 ..SecurityConfig::default()
-            });
+            };
+            if let Some(l) = tuning.sa_lifetime {
+                sc.reject_after_secs = l;
+                sc.rekey_after_secs = l / 2;
+            }
+            cfg.security = Some(sc);
         }
         let text = cfg.to_toml().map_err(|e| anyhow!("internal: config of {:?}: {e}", n.name))?;
         let cfg =
@@ -709,7 +733,8 @@ fn up(a: UpArgs) -> Result<ExitCode> {
                 .public(),
         )
     };
-    let plan = plan(&topo, &dir, &endpoints, sec.as_ref(), admin.as_ref())
+    let tuning = Tuning { sa_lifetime: a.sa_lifetime, session_grace: a.session_grace };
+    let plan = plan(&topo, &dir, &endpoints, sec.as_ref(), admin.as_ref(), tuning)
         .with_context(|| format!("planning {}", a.topology.display()))?;
     let namespaces: Vec<String> = plan.nodes.iter().filter_map(|n| n.namespace.clone()).collect();
     if a.netns && !a.configs_only {
@@ -1097,7 +1122,8 @@ link = [{ a = "a", b = "b" }, { a = "b", b = "c" }]
     #[test]
     fn loopback_plan_is_symmetric() {
         let t = topo(LINE3);
-        let p = plan(&t, Path::new("/tb"), &Endpoints::Loopback((7000..7004).collect()), None, None).expect("plan");
+        let p = plan(&t, Path::new("/tb"), &Endpoints::Loopback((7000..7004).collect()), None, None, Tuning::default())
+            .expect("plan");
         let cfgs: Vec<NodeConfig> = p.nodes.iter().map(|n| NodeConfig::from_toml(&n.config).expect("valid")).collect();
         assert_eq!(cfgs[1].interfaces.len(), 2);
         assert_eq!(cfgs[1].run_dir.as_deref(), Some(Path::new("/tb/b")));
@@ -1114,7 +1140,7 @@ link = [{ a = "a", b = "b" }, { a = "b", b = "c" }]
     #[test]
     fn netns_plan_routes_along_shortest_paths() {
         let t = topo(LINE3);
-        let p = plan(&t, Path::new("/tb"), &Endpoints::Netns(7000), None, None).expect("plan");
+        let p = plan(&t, Path::new("/tb"), &Endpoints::Netns(7000), None, None, Tuning::default()).expect("plan");
         let a = NodeConfig::from_toml(&p.nodes[0].config).expect("valid");
         assert_eq!(a.interfaces[0].listen, "172.31.0.1:7000".parse().expect("addr"));
         assert_eq!(a.interfaces[0].neighbors[0].endpoint, "172.31.0.2:7000".parse().expect("addr"));

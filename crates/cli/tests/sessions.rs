@@ -23,9 +23,18 @@ impl Env {
     /// each, in order), the commands pointed at c: the env, c's node
     /// directory, and each user's (secret key, public key) files.
     fn up(tag: &str, names: &[&str]) -> (Env, std::path::PathBuf, Vec<(std::path::PathBuf, std::path::PathBuf)>) {
+        Env::up_with(tag, names, &[])
+    }
+
+    /// [`Env::up`] with more `anode testbed up` arguments.
+    fn up_with(
+        tag: &str,
+        names: &[&str],
+        extra: &[&str],
+    ) -> (Env, std::path::PathBuf, Vec<(std::path::PathBuf, std::path::PathBuf)>) {
         let s = Scratch::new("sessions", tag);
         let keys: Vec<_> = names.iter().map(|n| user_keys(&s.0.join(n), n)).collect();
-        let mut args = Vec::new();
+        let mut args = extra.to_vec();
         for (_, p) in &keys {
             args.push("--user");
             args.push(p.to_str().unwrap());
@@ -42,14 +51,13 @@ impl Env {
     }
 
     fn run(&self, key: &Path, args: &[&str]) -> Output {
-        Command::new(ANODE)
-            .args(args)
-            .args(["--node", &self.node, "--node-key"])
-            .arg(&self.node_key)
-            .arg("--key")
-            .arg(key)
-            .output()
-            .unwrap()
+        self.command(key, args).output().unwrap()
+    }
+
+    fn command(&self, key: &Path, args: &[&str]) -> Command {
+        let mut c = Command::new(ANODE);
+        c.args(args).args(["--node", &self.node, "--node-key"]).arg(&self.node_key).arg("--key").arg(key);
+        c
     }
 
     fn cred(&self, principal: &Path, name: &str, args: &[&str]) -> std::path::PathBuf {
@@ -392,4 +400,137 @@ fn session_requests_are_rate_limited_and_credentials_end_sessions() {
     assert!(principal_sessions(&c).is_empty(), "closed at its credential's expiry");
     let log = std::fs::read_to_string(c.join("node.log")).unwrap();
     assert!(log.contains("session closed: its credential expired"), "{log}");
+}
+
+#[test]
+fn a_session_ends_when_its_principal_is_gone_even_mid_invocation_and_a_held_one_stays() {
+    // SAs last 2 s and sessions outlive their principal's last SA by 1 s.
+    let (env, c, keys) = Env::up_with("gone", &["g", "h"], &["--sa-lifetime", "2", "--session-grace", "1"]);
+    let mut keys = keys.into_iter();
+    let (gkey, gpub) = keys.next().unwrap();
+    let (hkey, hpub) = keys.next().unwrap();
+    let burn = modules_dir().join("burn.wasm");
+    let mut sessions = Vec::new();
+    for (key, pubk, name) in [(&gkey, &gpub, "g"), (&hkey, &hpub, "h")] {
+        let scred = env.cred(
+            pubk,
+            &format!("{name}.session"),
+            &["--kind", "session", "--vp-share", "30%", "--total-share", "30%"],
+        );
+        // A 100 µs slice: each of burn's invocations (~1.5 M fuel, a few
+        // hundred µs) is preempted at least once, so the session's VP
+        // nearly always holds a suspended invocation.
+        let o = env.run(key, &["session", "open", "--credential", scred.to_str().unwrap(), "--vp", "100us/4ms"]);
+        assert!(o.status.success(), "{}", text(&o));
+        sessions.push(session_of(&o));
+        let mcred = env.cred(
+            pubk,
+            &format!("{name}.burn"),
+            &["--kind", "module", "--module", burn.to_str().unwrap(), "--interface", "time", "--cpu", "5000000"],
+        );
+        let o = env.run(key, &["module", "load", burn.to_str().unwrap(), "--credential", mcred.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    // h keeps contacting the node; g goes away.
+    let mut hold = env.command(&hkey, &["session", "hold", &sessions[1], "--every", "500ms", "--for", "8s"]);
+    let hold = hold.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let st = status(&c);
+    assert_eq!(principal_sessions(&c).len(), 2);
+    assert!(
+        st["rcane"]["counters"]["preemptions"].as_u64().unwrap() > 0,
+        "invocations were cut at slice ends: {}",
+        st["rcane"]
+    );
+    // g's last SA is gone after 2 s, and its session 1 s later.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while principal_sessions(&c).len() > 1 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let left = principal_sessions(&c);
+    assert_eq!(left.len(), 1, "{left:?}");
+    let h_fp = anode_cred::PrincipalId(*anode_sec::Identity::load(&hkey).unwrap().public().as_bytes()).to_string();
+    assert!(left[0]["owner"].as_str().unwrap().contains(&h_fp[..16]), "the held session stays: {}", left[0]);
+    // The held session keeps getting whole slices after g's closed.
+    let got = |v: &serde_json::Value| v["vps"][0]["received_ns_total"]["guaranteed"].as_u64().unwrap();
+    let before = got(&left[0]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let after = principal_sessions(&c);
+    assert!(got(&after[0]) > before, "{}", after[0]);
+    // g's module runs on, best-effort; the node answers SNAP pings.
+    let o = Command::new(ANODE)
+        .args(["ping", "10.0.0.3", "-c", "3", "-i", "0.1", "-W", "2", "--run-dir"])
+        .arg(env.s.tb().join("a"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let o = Command::new(ANODE).args(["module", "list", "--json", "--run-dir"]).arg(&c).output().unwrap();
+    let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 2, "both modules still loaded: {list}");
+    // The ledger records why g's session ended (written within a second).
+    let g_fp = anode_cred::PrincipalId(*anode_sec::Identity::load(&gkey).unwrap().public().as_bytes()).to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let reasons = loop {
+        let o = Command::new(ANODE).args(["account", "--json", "--run-dir"]).arg(&c).output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let reasons: Vec<(String, Option<String>)> = v["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (s["principal"].as_str().unwrap_or("").to_string(), s["reason"].as_str().map(String::from)))
+            .collect();
+        if reasons.iter().any(|(_, r)| r.is_some()) || std::time::Instant::now() > deadline {
+            break reasons;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+    assert!(
+        reasons.iter().any(|(p, r)| p.contains(&g_fp[..16]) && r.as_deref() == Some("principal-gone")),
+        "{reasons:?}"
+    );
+    assert!(reasons.iter().all(|(p, r)| !p.contains(&h_fp[..16]) || r.is_none()), "{reasons:?}");
+    let out = hold.wait_with_output().unwrap();
+    assert!(out.status.success(), "hold: {}", text(&out));
+}
+
+#[test]
+fn the_capsules_of_a_principal_with_a_session_run_in_it() {
+    let (env, c, keys) = Env::up("capsules", &["p"]);
+    let (pkey, ppub) = keys.into_iter().next().unwrap();
+    let scred = env.cred(&ppub, "p.session", &["--kind", "session", "--vp-share", "30%", "--total-share", "30%"]);
+    let o = env.run(&pkey, &["session", "open", "--credential", scred.to_str().unwrap(), "--vp", "1ms/4ms"]);
+    assert!(o.status.success(), "{}", text(&o));
+    // Capsule pings from a to c under a credential naming the principal.
+    let ping = modules_dir().join("ping.wasm");
+    let cred = env.cred(
+        &ppub,
+        "ping.cred",
+        &["--kind", "module", "--module", ping.to_str().unwrap(), "--interface", "route,net,time", "--cpu", "1000000"],
+    );
+    let o = Command::new(ANODE)
+        .args(["ping", "10.0.0.3", "--capsule", "-c", "5", "-i", "0.05", "-W", "2", "--module"])
+        .arg(&ping)
+        .arg("--credential")
+        .arg(&cred)
+        .arg("--run-dir")
+        .arg(env.s.tb().join("a"))
+        .output()
+        .unwrap();
+    assert!(text(&o).contains("5 received"), "{}", text(&o));
+    // At c, each ran as an event of the principal's session, charged to it.
+    let mine = principal_sessions(&c);
+    let pool = &mine[0]["pools"][0];
+    let stats = pool["stats"].as_str().unwrap();
+    let accepted: u64 = stats
+        .split("accepted: ")
+        .nth(1)
+        .unwrap()
+        .split(|ch: char| !ch.is_ascii_digit())
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(accepted >= 5, "{pool}");
+    assert!(mine[0]["charges"]["cpu_guaranteed_ns"].as_u64().unwrap() > 0, "{}", mine[0]);
+    assert_eq!(mine[0]["charges"]["module_loads"].as_u64(), Some(0), "no module was loaded: {}", mine[0]);
 }

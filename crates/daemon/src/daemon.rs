@@ -183,6 +183,7 @@ fn build_node(cfg: &NodeConfig, topology: Option<&Topology>, unix_ms_at_zero: u6
         // Module work runs in sessions under EDF (RCANE); the scheduler's
         // clock starts with the daemon's.
         node.enable_rcane(anode_sched::RcaneConfig::default(), 0).map_err(|e| DaemonError::Rcane(e.to_string()))?;
+        node.set_session_grace_ms(m.session_grace_secs.saturating_mul(1000));
     }
     Ok(node)
 }

@@ -386,6 +386,24 @@ pub struct ModulesConfig {
     /// Modules loaded from disk at start.
     #[serde(default, rename = "load", skip_serializing_if = "Vec::is_empty")]
     pub loads: Vec<ModuleLoad>,
+    /// How long a principal's RCANE session outlives its last security
+    /// association with this node (s): past it, the session is closed
+    /// (`principal-gone`). An SA lasts `[security] reject_after_secs`
+    /// from its handshake, so a principal keeps its session by contacting
+    /// the node again (`anode session hold`).
+    #[serde(default = "session_grace_secs")]
+    pub session_grace_secs: u64,
+}
+
+fn session_grace_secs() -> u64 {
+    60
+}
+
+impl ModulesConfig {
+    /// A `[modules]` section with this administrator key and defaults.
+    pub fn new(admin_key: String) -> ModulesConfig {
+        ModulesConfig { admin_key, loads: Vec::new(), session_grace_secs: session_grace_secs() }
+    }
 }
 
 /// One module loaded at start.
@@ -824,7 +842,7 @@ mod tests {
         let mut c = NodeConfig::from_toml(NODE).expect("valid");
         assert_eq!(NodeConfig::from_toml(&c.to_toml().expect("toml")).expect("reads back"), c);
         c.security = Some(SecurityConfig { key: Some("k.key".into()), users: vec!["ab".into()], ..Default::default() });
-        c.modules = Some(ModulesConfig { admin_key: "cd".into(), loads: Vec::new() });
+        c.modules = Some(ModulesConfig::new("cd".into()));
         c.local.client_queue = 9;
         c.mtu = 2000;
         let text = c.to_toml().expect("toml");

@@ -439,6 +439,18 @@ impl Links {
         self.peers.get(peer).map(|p| p.mode).unwrap_or(Mode::Encrypt)
     }
 
+    /// Until when (ms) the holder of `key` has an SA with this node: the
+    /// latest expiry of the SAs of every peer with that key, `None` if it
+    /// has none. A user's SA lasts `reject_after` from its handshake; a
+    /// new handshake makes a later one.
+    pub fn sa_until(&self, key: &PublicKey) -> Option<u64> {
+        self.sas
+            .values()
+            .filter(|sa| self.peers.get(sa.peer).is_some_and(|p| p.key.as_ref() == Some(key)))
+            .map(|sa| sa.expire_at_ms)
+            .max()
+    }
+
     /// Whether `peer` has an SA to send on.
     pub fn is_up(&self, peer: usize) -> bool {
         self.peers.get(peer).and_then(|p| p.current).is_some()

@@ -364,7 +364,9 @@ impl Node {
         let m = self.modules.as_ref().and_then(|m| m.sb.poll_at());
         // A session whose credential expires is closed then.
         let e = self.sched.as_ref().and_then(|s| s.rcane.next_expiry()).map(|ns| ns.div_ceil(1_000_000));
-        [s, m, e].into_iter().flatten().min()
+        // A session whose principal's SAs are gone is closed after the grace.
+        let g = self.gone_check_at();
+        [s, m, e, g].into_iter().flatten().min()
     }
 
     /// Runs what is due at `now_ms` (see [`poll_at`](Self::poll_at)): link
@@ -377,6 +379,7 @@ impl Node {
             self.post_jobs(&mut jobs, out);
         }
         self.expire_sessions(out);
+        self.close_gone_sessions(now_ms);
         self.poll_security(now_ms, out);
     }
 

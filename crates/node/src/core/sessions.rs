@@ -62,6 +62,13 @@ pub(crate) struct Sched {
     /// Each session's credential, to decide again on a changed reservation.
     credentials: HashMap<SessionId, Vec<u8>>,
     limiter: anode_sched::RequestLimiter,
+    /// For each principal's session: its principal's key and until when
+    /// (ms) it was last known to hold an SA with this node.
+    sa_seen: HashMap<SessionId, (anode_sec::PublicKey, u64)>,
+    /// How long a session outlives its principal's last SA (ms).
+    grace_ms: u64,
+    /// When to look again for sessions whose principal is gone (ms).
+    gone_check_at: Option<u64>,
     pub counters: SchedCounters,
 }
 
@@ -83,6 +90,10 @@ pub enum RcaneSetupError {
     Pool(anode_sched::RcaneError),
 }
 
+/// How long a session outlives its principal's last security association
+/// unless configured (`[modules] session_grace_secs`), ms.
+pub const DEFAULT_SESSION_GRACE_MS: u64 = 60_000;
+
 /// Bounds of the Best-Effort module pool.
 pub const BE_POOL: PoolSpec = PoolSpec { max_queued: 4096, max_in_progress: 1 };
 
@@ -99,6 +110,9 @@ impl Sched {
             suspended: HashMap::new(),
             credentials: HashMap::new(),
             limiter: anode_sched::RequestLimiter::new(SESSION_REQUESTS_PER_SEC, SESSION_REQUEST_BURST, 4096),
+            sa_seen: HashMap::new(),
+            grace_ms: DEFAULT_SESSION_GRACE_MS,
+            gone_check_at: None,
             counters: SchedCounters::default(),
         })
     }
@@ -186,6 +200,7 @@ impl Sched {
     /// (bounded by their fuel) so that their stores come back.
     pub fn session_closed(&mut self, sid: SessionId, vps: &[VpId]) -> Vec<Task> {
         self.pools.remove(&sid);
+        self.sa_seen.remove(&sid);
         self.credentials.remove(&sid);
         self.by_principal.retain(|_, s| *s != sid);
         vps.iter().filter_map(|vp| self.suspended.remove(vp)).map(|(_, t)| t).collect()
@@ -203,6 +218,16 @@ impl Node {
             m.sb.defer_capsules(true);
         }
         Ok(())
+    }
+
+    /// How long a principal's session outlives its last security
+    /// association with this node (ms; default
+    /// [`DEFAULT_SESSION_GRACE_MS`]). Past it the session is closed with
+    /// reason `principal-gone`.
+    pub fn set_session_grace_ms(&mut self, ms: u64) {
+        if let Some(s) = self.sched.as_mut() {
+            s.grace_ms = ms;
+        }
     }
 
     /// Whether RCANE scheduling is on.
@@ -567,6 +592,14 @@ impl Node {
                     PoolSpec { max_queued: SESSION_POOL_QUEUE.min(ceil.max_queued_events.max(1)), max_in_progress: 1 };
                 s.session_opened(from, g.session, spec);
                 s.credentials.insert(g.session, credential.to_vec());
+                // The request came over an SA of `from`: the session lives
+                // while it (or a later one) does, plus the grace period.
+                if let Some(key) = anode_sec::PublicKey::from_bytes(&from.0) {
+                    let until = self.sec.as_ref().and_then(|g| g.links.sa_until(&key)).unwrap_or(now_ms);
+                    s.sa_seen.insert(g.session, (key, until));
+                    let at = until.saturating_add(s.grace_ms);
+                    s.gone_check_at = Some(s.gone_check_at.map_or(at, |t| t.min(at)));
+                }
                 tracing::info!(session = %g.session, principal = %from, vps = g.added.len(), "session opened");
                 Reply::granted(&g)
             }
@@ -628,6 +661,55 @@ impl Node {
         let mut out = Outbox::default();
         for t in tasks {
             self.with_sandbox(now_ms, &mut out, |sb, _, a| sb.resume(t, &mut || true, a));
+        }
+    }
+
+    /// When [`close_gone_sessions`](Self::close_gone_sessions) has work.
+    pub(super) fn gone_check_at(&self) -> Option<u64> {
+        self.sched.as_ref().and_then(|s| s.gone_check_at)
+    }
+
+    /// Closes the sessions whose principal has held no security association
+    /// with this node for the grace period (`principal-gone`), the same way
+    /// as a session whose credential expired: its queued events move to
+    /// Best-Effort, its suspended task is run to its end (bounded by its
+    /// fuel) so that the principal's store comes back, and the close is
+    /// logged and recorded with its reason.
+    pub(super) fn close_gone_sessions(&mut self, now_ms: u64) {
+        let Some(s) = self.sched.as_mut() else { return };
+        if s.gone_check_at.is_none_or(|t| t > now_ms) {
+            return;
+        }
+        let links = self.sec.as_ref().map(|g| &g.links);
+        let grace = s.grace_ms;
+        let mut next: Option<u64> = None;
+        let mut gone = Vec::new();
+        for (sid, (key, until)) in s.sa_seen.iter_mut() {
+            if let Some(t) = links.and_then(|l| l.sa_until(key)) {
+                *until = (*until).max(t);
+            }
+            let at = until.saturating_add(grace);
+            if at <= now_ms {
+                gone.push(*sid);
+            } else {
+                next = Some(next.map_or(at, |n| n.min(at)));
+            }
+        }
+        s.gone_check_at = next;
+        for sid in gone {
+            let Some(s) = self.sched.as_mut() else { return };
+            let now_ns = s.ns(now_ms);
+            let vps = s.rcane.session_info(sid, now_ns).map(|i| i.vps).unwrap_or_default();
+            let moved = s.take_session_jobs(sid);
+            s.sa_seen.remove(&sid);
+            match s.rcane.close_session_for(sid, anode_sched::CloseReason::PrincipalGone, now_ns) {
+                Ok(_) => {
+                    s.post_best_effort(moved);
+                    tracing::info!(session = %sid, grace_ms = grace, "session closed: its principal has had no security association with this node for the grace period");
+                    self.session_gone(sid, &vps, now_ms);
+                }
+                Err(_) => s.post_best_effort(moved),
+            }
         }
     }
 
