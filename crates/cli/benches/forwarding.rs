@@ -35,6 +35,10 @@
 //!   own principal, loaded from the node's configuration, running all the
 //!   time): forwarding through a busy node against the same node idle, in
 //!   one run (issue 14). Reported as "loaded/idle" in the baseline table.
+//! - `ANODE_BENCH_SESSIONS=10,20,30` with `ANODE_BENCH_LOADED`: the first
+//!   loaded modules' principals hold sessions (`[[modules.session]]`) of
+//!   these percentages of the CPU in 4 ms periods, without slack (Fig. 11's
+//!   B, C, D); the others run best-effort.
 //!
 //! Results: docs/benchmarks.md, "Node daemon (issue 4)".
 //!
@@ -105,6 +109,9 @@ struct Settings {
     only: Option<Vec<String>>,
     baseline: Option<PathBuf>,
     loaded: usize,
+    /// Percent of the CPU reserved (4 ms periods) by the first loaded
+    /// modules' principals, one session each.
+    sessions: Vec<u64>,
 }
 
 fn env_num(name: &str) -> Option<f64> {
@@ -129,6 +136,10 @@ impl Settings {
                 .map(|v| v.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect()),
             baseline: std::env::var_os("ANODE_BENCH_BASELINE").map(PathBuf::from),
             loaded: env_num("ANODE_BENCH_LOADED").map_or(0, |n| n.max(0.0) as usize),
+            sessions: std::env::var("ANODE_BENCH_SESSIONS")
+                .ok()
+                .map(|v| v.split(',').filter_map(|p| p.trim().parse().ok()).collect())
+                .unwrap_or_default(),
         }
     }
     fn wants(&self, part: &str) -> bool {
@@ -637,8 +648,15 @@ fn relay_main(to: &str) {
 
 /// A `[modules]` section loading `n` CPU-bound modules (modules/burn), each
 /// for its own principal, with credentials from a throwaway admin key.
-fn loaded_modules(dir: &Path, n: usize) -> String {
-    use anode_cred::{GrantSpec, Interface, InterfaceSet, Issuer, Limits, ModuleGrant, ModuleHash, PrincipalId};
+///
+/// The principal of module i gets a session (`[[modules.session]]`) with
+/// one VP of `sessions[i]` % of the CPU in 4 ms periods, without slack,
+/// while there are shares left; the others run best-effort.
+fn loaded_modules(dir: &Path, n: usize, sessions: &[u64]) -> String {
+    use anode_cred::{
+        GrantSpec, Interface, InterfaceSet, Issuer, Limits, ModuleGrant, ModuleHash, PrincipalId, SessionCeilings,
+        SessionSpec,
+    };
     let wasm = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../modules/out/burn.wasm");
     let code = std::fs::read(&wasm).expect("modules/out/burn.wasm (run scripts/setup)");
     let issuer = Issuer::from_secret(&[7; 32]).expect("issuer");
@@ -651,7 +669,28 @@ fn loaded_modules(dir: &Path, n: usize) -> String {
             limits: Limits { memory: 4 << 20, cpu: 5_000_000, state: 4096 },
             expires: None,
         };
-        let cred = issuer.issue(PrincipalId([i as u8 + 1; 32]), &spec).expect("credential");
+        let principal = anode_sec::Identity::from_seed(&[i as u8 + 1; 32]).public();
+        let pid = PrincipalId(*principal.as_bytes());
+        if let Some(pct) = sessions.get(i) {
+            let ppm = pct * 10_000;
+            let ceilings = SessionCeilings {
+                max_vp_share_ppm: ppm,
+                max_total_share_ppm: ppm,
+                max_vps: 1,
+                max_pools: 4,
+                max_queued_events: 1024,
+                ..SessionCeilings::NONE
+            };
+            let c = issuer.issue_session(pid, &SessionSpec { ceilings, expires: None }).expect("session credential");
+            let file = dir.join(format!("session{i}.cred"));
+            std::fs::write(&file, c.to_bytes()).expect("credential file");
+            s.push_str(&format!(
+                "[[modules.session]]\nprincipal = \"{principal}\"\ncredential = \"{}\"\nvp = [\"{}us/4ms\"]\n",
+                file.display(),
+                pct * 40
+            ));
+        }
+        let cred = issuer.issue(pid, &spec).expect("credential");
         let file = dir.join(format!("burn{i}.cred"));
         std::fs::write(&file, cred.to_bytes()).expect("credential file");
         s.push_str(&format!("[[modules.load]]\nfile = \"{}\"\ncredential = \"{}\"\n", wasm.display(), file.display()));
@@ -693,7 +732,7 @@ impl Rig {
         let second = match (&s.baseline, s.loaded) {
             (Some(bin), _) => Some((bin.clone(), String::new())),
             (None, 0) => None,
-            (None, n) => Some((PathBuf::from(ANODE), loaded_modules(dir, n))),
+            (None, n) => Some((PathBuf::from(ANODE), loaded_modules(dir, n, &s.sessions))),
         };
         let base = second.map(|(bin, modules)| {
             let ports = free_ports(2);
@@ -966,9 +1005,10 @@ fn throughput(dir: &Path, s: &Settings, report: &mut String) -> Option<Rig> {
     if rig.base.is_some() && s.baseline.is_none() {
         let _ = writeln!(
             report,
-            "\nThis build idle (b) against the same build running {} CPU-bound modules (b0, `ANODE_BENCH_LOADED`), \
-             same run, interleaved trials; the columns read loaded/idle:\n",
-            s.loaded
+            "\nThis build idle (b) against the same build running {} CPU-bound modules (b0, `ANODE_BENCH_LOADED`; \
+             sessions reserving {:?} % of the CPU, `ANODE_BENCH_SESSIONS`), same run, interleaved trials; the columns \
+             read loaded/idle:\n",
+            s.loaded, s.sessions
         );
         let _ = writeln!(report, "| size | path | loaded/idle pkt/s, ratio of medians | loaded/idle fwd CPU µs/pkt |");
         let _ = writeln!(report, "|---:|---|---:|---:|");

@@ -397,17 +397,7 @@ pub(crate) fn span_arg(s: &str) -> Result<Duration, String> {
 
 /// A short time span: `4ms`, `500us`, `1s`, `250000ns`.
 pub(crate) fn span(s: &str) -> Result<Duration> {
-    let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (n, unit) = t.split_at(split);
-    let mul = match unit {
-        "ns" => 1,
-        "us" | "µs" => 1000,
-        "ms" => 1_000_000,
-        "s" => 1_000_000_000,
-        u => bail!("bad time unit {u:?} in {s:?}: use ns, us, ms or s"),
-    };
-    Ok(Duration::from_nanos(scaled(n, mul).with_context(|| format!("bad time {s:?}"))?))
+    Ok(Duration::from_nanos(anode_sched::parse_span_ns(s)?))
 }
 
 /// `n` (maybe with a decimal point) times `mul`, rounded to an integer.

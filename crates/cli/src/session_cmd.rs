@@ -10,7 +10,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::cred_cmd::{rate, size, span};
+use crate::cred_cmd::{rate, size};
 use crate::sa_client::{self, Target};
 
 /// What to reserve.
@@ -114,14 +114,7 @@ fn handle(s: &str) -> Result<u64> {
 }
 
 fn vp(s: &str) -> Result<VpParams> {
-    let (t, extra) = match s.strip_suffix("+extra") {
-        Some(t) => (t, true),
-        None => (s, false),
-    };
-    let (slice, period) =
-        t.split_once('/').ok_or_else(|| anyhow!("bad VP {s:?}: expected SLICE/PERIOD, e.g. 400us/4ms"))?;
-    let (slice, period) = (span(slice)?, span(period)?);
-    Ok(VpParams { slice_ns: slice.as_nanos() as u64, period_ns: period.as_nanos() as u64, extra })
+    Ok(s.parse::<VpParams>()?)
 }
 
 fn reservation(r: &Reservation, change: &[String], remove: &[String]) -> Result<ReserveRequest> {

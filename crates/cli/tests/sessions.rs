@@ -364,6 +364,16 @@ fn hostile_modules_do_not_cost_a_session_its_reservation() {
     // The forwarder's packets reached b and were dropped there (no listener), 16 per burst at most.
     let b = status(&env.s.tb().join("b"));
     assert!(b["drops"]["no_listener"].as_u64().unwrap() > 0, "{}", b["drops"]);
+    // It ran into its transmit limit at c (1.25 MB/s by default for a
+    // principal without a session), and b sees no more than that.
+    assert!(st["drops"]["tx_limit"].as_u64().unwrap() > 0, "{}", st["drops"]);
+    let t0 = std::time::Instant::now();
+    let n0 = b["drops"]["no_listener"].as_u64().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2000));
+    let n1 = status(&env.s.tb().join("b"))["drops"]["no_listener"].as_u64().unwrap();
+    let rate = (n1 - n0) as f64 * 1400.0 / t0.elapsed().as_secs_f64();
+    let limit = anode_node::core::DEFAULT_TX_BYTES_PER_SEC as f64;
+    assert!(n1 > n0 && rate <= 1.25 * limit, "{rate:.0} B/s of the forwarder's payload reached b, limit {limit}");
 }
 
 #[test]
@@ -533,4 +543,83 @@ fn the_capsules_of_a_principal_with_a_session_run_in_it() {
     assert!(accepted >= 5, "{pool}");
     assert!(mine[0]["charges"]["cpu_guaranteed_ns"].as_u64().unwrap() > 0, "{}", mine[0]);
     assert_eq!(mine[0]["charges"]["module_loads"].as_u64(), Some(0), "no module was loaded: {}", mine[0]);
+}
+
+#[test]
+fn sessions_from_the_config_open_at_start_and_a_refused_one_stops_the_start() {
+    let s = Scratch::new("sessions", "static");
+    let (akey, apub) = user_keys(&s.0.join("admin"), "admin");
+    let (_ukey, upub) = user_keys(&s.0.join("u"), "u");
+    let hex = |p: &Path| std::fs::read_to_string(p).unwrap().trim().to_string();
+    let issue = |name: &str, args: &[&str]| -> std::path::PathBuf {
+        let out = s.0.join(name);
+        let o = Command::new(ANODE)
+            .args(["cred", "issue", "--admin-key"])
+            .arg(&akey)
+            .arg("--principal")
+            .arg(&upub)
+            .args(args)
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        out
+    };
+    let burn = modules_dir().join("burn.wasm");
+    let scred = issue("u.session", &["--kind", "session", "--vp-share", "30%", "--total-share", "30%"]);
+    let mcred = issue("u.burn", &["--kind", "module", "--module", burn.to_str().unwrap(), "--interface", "time"]);
+    let modules = |vp: &str| {
+        format!(
+            "[modules]\nadmin_key = \"{}\"\n[[modules.session]]\nprincipal = \"{}\"\ncredential = \"{}\"\nvp = [\"{vp}\"]\n\
+             [[modules.load]]\nfile = \"{}\"\ncredential = \"{}\"\n",
+            hex(&apub),
+            hex(&upub),
+            scred.display(),
+            burn.display(),
+            mcred.display()
+        )
+    };
+    // Within the credential: the session is there from the start, without
+    // any SA, and the principal's module runs in it.
+    let cfg = modules("1ms/4ms");
+    let line = common::Line::start_with(["", &cfg, ""]);
+    assert!(
+        common::eventually(10.0, || {
+            let st = status(&line.run_dir(2));
+            st["rcane"]["sessions"].as_array().unwrap().iter().any(|x| {
+                x["vps"][0]["slice_ns"].as_u64() == Some(1_000_000)
+                    && x["vps"][0]["received_ns_total"]["guaranteed"].as_u64().unwrap_or(0) > 0
+            })
+        }),
+        "{}",
+        status(&line.run_dir(2))["rcane"]
+    );
+    drop(line);
+    // Above the credential: the node does not start, and says why.
+    let file = s.0.join("refused.toml");
+    let port = common::free_ports(1)[0];
+    std::fs::write(
+        &file,
+        format!(
+            "address = \"10.0.0.9\"\nrun_dir = \"{}\"\n[[interface]]\nname = \"x\"\nlisten = \"127.0.0.1:{port}\"\n{}",
+            s.0.join("run").display(),
+            modules("2ms/4ms")
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(ANODE)
+        .args(["node", "--config"])
+        .arg(&file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let exited = common::eventually(20.0, || child.try_wait().unwrap().is_some());
+    if !exited {
+        let _ = child.kill();
+    }
+    let o = child.wait_with_output().unwrap();
+    assert!(exited && !o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("[[modules.session]] #0") && text(&o).contains("Credential"), "{}", text(&o));
 }

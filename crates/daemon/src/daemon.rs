@@ -184,6 +184,7 @@ fn build_node(cfg: &NodeConfig, topology: Option<&Topology>, unix_ms_at_zero: u6
         // clock starts with the daemon's.
         node.enable_rcane(anode_sched::RcaneConfig::default(), 0).map_err(|e| DaemonError::Rcane(e.to_string()))?;
         node.set_session_grace_ms(m.session_grace_secs.saturating_mul(1000));
+        node.set_tx_allowance(m.tx_bytes_per_sec);
     }
     Ok(node)
 }
@@ -371,6 +372,18 @@ impl Daemon {
     /// decision, the init actions carried out and sent, the same logs).
     fn load_start_modules(&mut self) -> Result<(), DaemonError> {
         let Some(m) = self.cfg.modules.clone() else { return Ok(()) };
+        // The administrator's sessions first, so that their principals'
+        // modules start in them.
+        for (index, s) in m.sessions.iter().enumerate() {
+            let err = |reason: String| DaemonError::StaticSession { index, reason };
+            let (key, vps) = s.parsed(index).map_err(|e| err(e.to_string()))?;
+            let cred = std::fs::read(&s.credential)
+                .map_err(|source| DaemonError::ReadFile { file: s.credential.clone(), source })?;
+            let now_ms = self.now_ms();
+            let principal = anode_sandbox::PrincipalId(*key.as_bytes());
+            let sid = self.node.open_static_session(principal, &cred, &vps, now_ms).map_err(|e| err(e.to_string()))?;
+            info!(session = %sid, principal = %principal, vps = vps.len(), "session opened from the config");
+        }
         for l in &m.loads {
             let code =
                 std::fs::read(&l.file).map_err(|source| DaemonError::ReadFile { file: l.file.clone(), source })?;

@@ -49,6 +49,11 @@ pub fn load_config(path: &Path) -> Result<LoadedConfig, DaemonError> {
                 l.credential = base.join(&l.credential);
             }
         }
+        for s in &mut m.sessions {
+            if s.credential.is_relative() {
+                s.credential = base.join(&s.credential);
+            }
+        }
     }
     if let Some(sec) = config.security.as_mut()
         && let Some(k) = &sec.key

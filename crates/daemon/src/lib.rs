@@ -110,6 +110,14 @@ pub enum DaemonError {
         /// Why it was refused.
         source: anode_node::core::LoadFailure,
     },
+    /// A session listed in `[modules]` is malformed or was refused.
+    #[error("[[modules.session]] #{index}: {reason}")]
+    StaticSession {
+        /// Which one (from 0).
+        index: usize,
+        /// Why.
+        reason: String,
+    },
     /// The node's secret key file is unusable.
     #[error("security: {0}")]
     Key(#[from] anode_sec::KeyError),

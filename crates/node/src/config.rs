@@ -110,6 +110,14 @@ pub enum ConfigError {
     /// listed, or a key twice).
     #[error("[security]: {0}")]
     Links(#[from] anode_sec::links::LinksError),
+    /// A `[[modules.session]]` is malformed.
+    #[error("[[modules.session]] #{index}: {reason}")]
+    StaticSession {
+        /// Which one (from 0).
+        index: usize,
+        /// Why.
+        reason: String,
+    },
     /// The administrator key is not usable as a credential root.
     #[error("[modules] admin_key: {0}")]
     AdminRoot(anode_cred::CredError),
@@ -144,6 +152,8 @@ pub enum KeyField {
     Neighbor(Ipv4Addr),
     /// `[security] users[i]`.
     User(usize),
+    /// `[[modules.session]]` number i's `principal`.
+    SessionPrincipal(usize),
 }
 
 impl core::fmt::Display for KeyField {
@@ -152,6 +162,7 @@ impl core::fmt::Display for KeyField {
             KeyField::AdminKey => f.write_str("[modules] admin_key"),
             KeyField::Neighbor(a) => write!(f, "neighbour {a} key"),
             KeyField::User(i) => write!(f, "[security] users[{i}]"),
+            KeyField::SessionPrincipal(i) => write!(f, "[[modules.session]] #{i} principal"),
         }
     }
 }
@@ -393,16 +404,66 @@ pub struct ModulesConfig {
     /// the node again (`anode session hold`).
     #[serde(default = "session_grace_secs")]
     pub session_grace_secs: u64,
+    /// What each principal's modules may send, bytes per second, on top of
+    /// its session's transmit reservation (bursts of a tenth of a second,
+    /// 64 KiB at least); beyond it their packets are dropped (`tx_limit`).
+    #[serde(default = "tx_bytes_per_sec")]
+    pub tx_bytes_per_sec: u64,
+    /// Sessions the administrator opens at start (before the loads), for
+    /// principals that need a reservation without contacting the node.
+    #[serde(default, rename = "session", skip_serializing_if = "Vec::is_empty")]
+    pub sessions: Vec<StaticSession>,
+}
+
+/// A session opened at start, `[[modules.session]]`: decided by its
+/// credential and admitted like one opened over the network, but not
+/// closed when its principal has no SA (the administrator opened it).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StaticSession {
+    /// The principal's Ed25519 public key (hex).
+    pub principal: String,
+    /// Its session credential (from `anode cred issue --kind session`;
+    /// relative paths: to the config file).
+    pub credential: PathBuf,
+    /// Its virtual processors, `SLICE/PERIOD[+extra]`, e.g. `1200us/4ms`.
+    pub vp: Vec<String>,
+}
+
+impl StaticSession {
+    /// The principal's key and the VPs, checked.
+    pub fn parsed(&self, index: usize) -> Result<(anode_sec::PublicKey, Vec<anode_sched::VpParams>), ConfigError> {
+        let key = parse_key(KeyField::SessionPrincipal(index), &self.principal)?;
+        let vps = self
+            .vp
+            .iter()
+            .map(|v| v.parse().map_err(|e| ConfigError::StaticSession { index, reason: format!("{e}") }))
+            .collect::<Result<Vec<_>, _>>()?;
+        if vps.is_empty() {
+            return Err(ConfigError::StaticSession { index, reason: "no `vp`: a session needs one at least".into() });
+        }
+        Ok((key, vps))
+    }
 }
 
 fn session_grace_secs() -> u64 {
     60
 }
 
+fn tx_bytes_per_sec() -> u64 {
+    crate::core::DEFAULT_TX_BYTES_PER_SEC
+}
+
 impl ModulesConfig {
     /// A `[modules]` section with this administrator key and defaults.
     pub fn new(admin_key: String) -> ModulesConfig {
-        ModulesConfig { admin_key, loads: Vec::new(), session_grace_secs: session_grace_secs() }
+        ModulesConfig {
+            admin_key,
+            loads: Vec::new(),
+            session_grace_secs: session_grace_secs(),
+            tx_bytes_per_sec: tx_bytes_per_sec(),
+            sessions: Vec::new(),
+        }
     }
 }
 
@@ -602,6 +663,9 @@ impl NodeConfig {
         }
         if let Some(m) = &self.modules {
             parse_key(KeyField::AdminKey, &m.admin_key)?;
+            for (i, s) in m.sessions.iter().enumerate() {
+                s.parsed(i)?;
+            }
         }
         if let Some(sec) = self.security.as_ref().filter(|s| s.enabled) {
             if sec.key.is_none() {
@@ -803,6 +867,29 @@ mod tests {
         assert!(e(&NODE.replace("address = \"10.0.0.3\"", "address = \"10.0.0.2\"")).contains("own address"));
         assert!(e(&format!("mtu = 10\n{NODE}")).contains("mtu 10"));
         assert!(e(&format!("bogus = 1\n{NODE}")).contains("unknown field"));
+    }
+
+    #[test]
+    fn static_sessions_parse_and_each_mistake_is_named() {
+        let key = anode_sec::Identity::from_seed(&[3; 32]).public().to_string();
+        let with = |principal: &str, vp: &str| {
+            format!(
+                "{NODE}[modules]\nadmin_key = \"{key}\"\n[[modules.session]]\nprincipal = \"{principal}\"\n\
+                 credential = \"s.cred\"\nvp = [{vp}]\n"
+            )
+        };
+        let c = NodeConfig::from_toml(&with(&key, "\"1200us/4ms\", \"0.5ms/10ms+extra\"")).expect("valid");
+        let m = c.modules.as_ref().expect("modules");
+        assert_eq!(m.session_grace_secs, 60);
+        let (_, vps) = m.sessions[0].parsed(0).expect("parsed");
+        assert_eq!(vps[0], anode_sched::VpParams { slice_ns: 1_200_000, period_ns: 4_000_000, extra: false });
+        assert_eq!(vps[1], anode_sched::VpParams { slice_ns: 500_000, period_ns: 10_000_000, extra: true });
+        let e = |t: &str| NodeConfig::from_toml(t).expect_err("invalid").to_string();
+        assert!(e(&with("abcd", "\"1ms/4ms\"")).contains("[[modules.session]] #0 principal"));
+        assert!(e(&with(&key, "\"1ms\"")).contains("expected SLICE/PERIOD"));
+        assert!(e(&with(&key, "\"1 fortnight/4ms\"")).contains("bad time span"));
+        assert!(e(&with(&key, "\"99999999999999999999s/4ms\"")).contains("out of range"));
+        assert!(e(&with(&key, "")).contains("no `vp`"));
     }
 
     #[test]

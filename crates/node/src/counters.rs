@@ -51,6 +51,7 @@ drops! {
     HandshakeBadCookie "handshake_bad_cookie" "An XX first message whose anti-reflection cookie was wrong or stale.";
     PoolFull        "pool_full"         "A module job (alarm, channel packet) refused because its session's event pool was full.";
     CapsuleRefused  "capsule_refused"   "A capsule (or code request/reply) the sandbox refused: see `modules.capsule_refused` for the reason.";
+    TxLimit         "tx_limit"          "A packet a module asked to send, over its principal's transmit limit (best-effort allowance plus its session's tx reservation).";
 }
 
 /// Number of drop reasons.

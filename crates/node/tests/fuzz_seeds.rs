@@ -101,12 +101,15 @@ link = [
 ]
 "#;
 
+const MODULES_SESSIONS: &str = include_str!("../../../fuzz/seeds/node_config/modules_sessions");
+
 fn config_seeds() -> Vec<(&'static str, Vec<u8>)> {
     vec![
         ("node", NODE.as_bytes().to_vec()),
         ("topology", TOPOLOGY.as_bytes().to_vec()),
         ("node_and_topology", format!("{NODE}\n%%\n{TOPOLOGY}").into_bytes()),
         ("minimal", b"address = \"10.0.0.1\"\n[[interface]]\nname = \"eth0\"\nlisten = \"0.0.0.0:7000\"\n".to_vec()),
+        ("modules_sessions", MODULES_SESSIONS.as_bytes().to_vec()),
     ]
 }
 

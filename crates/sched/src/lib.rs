@@ -55,12 +55,13 @@ pub mod wire;
 pub use account::{Account, Charge, CloseReason, Owner, PrincipalId, ResourceKind, SessionEvent};
 pub use admission::{AdmissionError, Capacity, Ceilings, Limit, ReserveRequest, Resource, VpOp};
 pub use handle::{PoolId, SessionId, VpId};
-pub use limiter::{RateLimited, RequestLimiter};
+pub use limiter::{ByteBucket, RateLimited, RequestLimiter};
 pub use pool::{Pool, PoolSpec, PoolStats};
 pub use rcane::{
     ClosedSession, ConfigError, Granted, HandleError, PoolInfo, PostRefusal, PostRefused, Rcane, RcaneConfig,
     RcaneError, SessionInfo,
 };
 pub use scheduler::{
-    Charged, Dispatch, DispatchKind, PeriodRecord, SchedConfig, SchedError, Scheduler, VpInfo, VpParams, VpTotals,
+    Charged, Dispatch, DispatchKind, ParseVpError, PeriodRecord, SchedConfig, SchedError, Scheduler, VpInfo, VpParams,
+    VpTotals, parse_span_ns,
 };

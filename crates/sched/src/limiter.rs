@@ -133,3 +133,101 @@ mod tests {
         assert!(l.tracked() <= 2);
     }
 }
+
+/// A token bucket of bytes: what a principal may transmit (issue 14: the
+/// hostile forwarder "must hit its ... transmit limits"). `rate` bytes per
+/// second, at most `burst` bytes at once. Exact in integer nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteBucket {
+    rate: u64,
+    burst: u64,
+    /// Bytes × 1e9 (so that refill is exact per ns).
+    level: u128,
+    last_ns: u64,
+}
+
+impl ByteBucket {
+    /// A full bucket at `now_ns`.
+    pub fn new(rate_bytes_per_sec: u64, burst_bytes: u64, now_ns: u64) -> ByteBucket {
+        ByteBucket {
+            rate: rate_bytes_per_sec,
+            burst: burst_bytes,
+            level: u128::from(burst_bytes) * u128::from(UNIT),
+            last_ns: now_ns,
+        }
+    }
+
+    /// Changes the rate and burst (a reservation changed), keeping what is
+    /// in the bucket up to the new burst.
+    pub fn set(&mut self, rate_bytes_per_sec: u64, burst_bytes: u64, now_ns: u64) {
+        self.refill(now_ns);
+        self.rate = rate_bytes_per_sec;
+        self.burst = burst_bytes;
+        self.level = self.level.min(u128::from(burst_bytes) * u128::from(UNIT));
+    }
+
+    /// The rate, bytes per second.
+    pub fn rate(&self) -> u64 {
+        self.rate
+    }
+
+    fn refill(&mut self, now_ns: u64) {
+        let dt = now_ns.saturating_sub(self.last_ns);
+        self.last_ns = self.last_ns.max(now_ns);
+        let full = u128::from(self.burst) * u128::from(UNIT);
+        self.level = self.level.saturating_add(u128::from(dt) * u128::from(self.rate)).min(full);
+    }
+
+    /// Takes `bytes` at `now_ns` if the bucket holds them; `false` (and
+    /// nothing taken) otherwise.
+    pub fn take(&mut self, bytes: u64, now_ns: u64) -> bool {
+        self.refill(now_ns);
+        let need = u128::from(bytes) * u128::from(UNIT);
+        if need > self.level {
+            return false;
+        }
+        self.level -= need;
+        true
+    }
+
+    /// Whether the bucket is full at `now_ns` (it carries no state then,
+    /// and may be forgotten).
+    pub fn is_full(&self, now_ns: u64) -> bool {
+        let mut b = *self;
+        b.refill(now_ns);
+        b.level >= u128::from(b.burst) * u128::from(UNIT)
+    }
+}
+
+#[cfg(test)]
+mod byte_bucket_tests {
+    use super::ByteBucket;
+
+    #[test]
+    fn a_bucket_gives_its_burst_then_its_rate() {
+        let mut b = ByteBucket::new(1000, 500, 0);
+        assert!(b.take(500, 0));
+        assert!(!b.take(1, 0), "the burst is spent");
+        // 1000 B/s: 1 byte per ms.
+        assert!(!b.take(100, 99_000_000));
+        assert!(b.take(100, 100_000_000));
+        // Never more than the burst, however long it waited.
+        assert!(!b.take(501, 3_600_000_000_000));
+        assert!(b.take(500, 3_600_000_000_000));
+        assert!(b.is_full(3_601_000_000_000));
+        // Over a long run, the rate: 10 s at 1000 B/s is 10,000 B (+ burst).
+        let mut b = ByteBucket::new(1000, 500, 0);
+        let mut sent = 0u64;
+        for t in 0..10_000u64 {
+            if b.take(7, t * 1_000_000) {
+                sent += 7;
+            }
+        }
+        assert!((9_900..=10_500).contains(&sent), "{sent}");
+        // A lower rate keeps at most the new burst (the bucket refilled
+        // to 500 in the 10 s since).
+        b.set(10, 20, 20_000_000_000);
+        assert!(b.take(20, 20_000_000_000) && !b.take(1, 20_000_000_000));
+        assert_eq!(b.rate(), 10);
+    }
+}

@@ -796,6 +796,12 @@ impl<E> Rcane<E> {
         (heap, tx, rx)
     }
 
+    /// Session `sid`'s transmit reservation, bytes per second (0 for a
+    /// stale handle or none).
+    pub fn tx_reserved(&self, sid: SessionId) -> u64 {
+        self.sessions.get(sid).map_or(0, |s| s.tx_bytes_per_sec)
+    }
+
     /// What the node has left of `resource` to grant (capacity less what
     /// every session holds); `u64::MAX` for resources the node does not
     /// bound (counts of VPs, pools, queued events, slack).

@@ -65,6 +65,63 @@ pub struct VpParams {
     pub extra: bool,
 }
 
+/// Why a time span or a VP's text form did not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ParseVpError {
+    /// Not `SLICE/PERIOD[+extra]`.
+    #[error("bad VP {0:?}: expected SLICE/PERIOD[+extra], e.g. 400us/4ms")]
+    Form(String),
+    /// A span without a number or with an unknown unit.
+    #[error("bad time span {0:?}: expected a number and ns, us, ms or s, e.g. 400us")]
+    Span(String),
+    /// A span too large for u64 nanoseconds.
+    #[error("time span {0:?} is out of range")]
+    Range(String),
+}
+
+/// A time span in nanoseconds from `4ms`, `500us` (or `µs`), `1.5s`,
+/// `250000ns`: a decimal number and a unit, rounded to a nanosecond.
+pub fn parse_span_ns(s: &str) -> Result<u64, ParseVpError> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (n, unit) = t.split_at(split);
+    let mul: u64 = match unit {
+        "ns" => 1,
+        "us" | "µs" => 1000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        _ => return Err(ParseVpError::Span(s.into())),
+    };
+    if n.is_empty() {
+        return Err(ParseVpError::Span(s.into()));
+    }
+    if let Ok(v) = n.parse::<u64>() {
+        return v.checked_mul(mul).ok_or_else(|| ParseVpError::Range(s.into()));
+    }
+    let v: f64 = n.parse().map_err(|_| ParseVpError::Span(s.into()))?;
+    let r = (v * mul as f64).round();
+    if !(0.0..1.8e19).contains(&r) {
+        return Err(ParseVpError::Range(s.into()));
+    }
+    Ok(r as u64)
+}
+
+impl core::str::FromStr for VpParams {
+    type Err = ParseVpError;
+
+    /// `SLICE/PERIOD`, e.g. `400us/4ms`, with `+extra` appended for a VP
+    /// that may use slack. Bounds are checked where the VP is admitted.
+    fn from_str(s: &str) -> Result<VpParams, ParseVpError> {
+        let (t, extra) = match s.trim().strip_suffix("+extra") {
+            Some(t) => (t, true),
+            None => (s.trim(), false),
+        };
+        let (slice, period) = t.split_once('/').ok_or_else(|| ParseVpError::Form(s.into()))?;
+        Ok(VpParams { slice_ns: parse_span_ns(slice)?, period_ns: parse_span_ns(period)?, extra })
+    }
+}
+
 impl VpParams {
     /// The guaranteed share in parts per million of one CPU, rounded up so
     /// that admission never undercounts.

@@ -23,7 +23,9 @@ mod seal;
 mod sessions;
 
 pub use modules::LoadFailure;
-pub use sessions::{BE_POOL, RcaneSetupError, SchedCounters};
+pub use sessions::{
+    BE_POOL, DEFAULT_SESSION_GRACE_MS, DEFAULT_TX_BYTES_PER_SEC, RcaneSetupError, SchedCounters, StaticSessionError,
+};
 
 use crate::config::{ConfigError, NodeConfig, Topology};
 use crate::counters::Counters;

@@ -177,6 +177,18 @@ impl Node {
         r
     }
 
+    /// Whether `p` may send `bytes` more now (always, without RCANE).
+    fn tx_allow(&mut self, p: PrincipalId, bytes: usize) -> bool {
+        let now_ms = self.now_ms;
+        match self.sched.as_mut() {
+            Some(s) => {
+                let now_ns = s.ns(now_ms);
+                s.tx_allow(p, bytes as u64, now_ns)
+            }
+            None => true,
+        }
+    }
+
     /// Delivers to the local application that registered `port`, never to a
     /// module channel (a module's output does not loop into modules).
     pub(super) fn deliver_to_app(&mut self, port: u16, payload: &[u8], owner: Owner, out: &mut Outbox) {
@@ -236,6 +248,16 @@ impl Node {
     /// Carries out what modules asked for, each for its principal.
     fn module_actions(&mut self, actions: &mut Vec<Action>, out: &mut Outbox) {
         for a in actions.drain(..) {
+            // A principal's packets within its transmit allowance only.
+            let over = match &a {
+                Action::SendCapsule { principal: Some(p), bytes, .. } => !self.tx_allow(*p, bytes.len()),
+                Action::SendPacket { principal, payload, .. } => !self.tx_allow(*principal, payload.len()),
+                _ => false,
+            };
+            if over {
+                self.counters.drop(Drop::TxLimit);
+                continue;
+            }
             match a {
                 Action::SendCapsule { principal, to, bytes } => match self.env.link.get(&to).copied() {
                     Some((iface, ep)) => {

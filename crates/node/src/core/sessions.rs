@@ -69,6 +69,10 @@ pub(crate) struct Sched {
     grace_ms: u64,
     /// When to look again for sessions whose principal is gone (ms).
     gone_check_at: Option<u64>,
+    /// What each principal's modules may still send (bounded table).
+    tx: HashMap<PrincipalId, anode_sched::ByteBucket>,
+    /// Every principal's best-effort transmit allowance, bytes/s.
+    tx_default: u64,
     pub counters: SchedCounters,
 }
 
@@ -89,6 +93,24 @@ pub enum RcaneSetupError {
     #[error("cannot open Best-Effort's module pool: {0}")]
     Pool(anode_sched::RcaneError),
 }
+
+/// A session of the configuration was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the session for principal {principal} was refused: {answer}")]
+pub struct StaticSessionError {
+    /// Its principal.
+    pub principal: PrincipalId,
+    /// The node's answer (credential, capacity, bad VP, ...).
+    pub answer: String,
+}
+
+/// What each principal's modules may send unless configured
+/// (`[modules] tx_bytes_per_sec`), on top of its session's transmit
+/// reservation: 1.25 MB/s (10 Mbit/s).
+pub const DEFAULT_TX_BYTES_PER_SEC: u64 = 1_250_000;
+
+/// Most principals whose transmit allowance is tracked at once.
+const MAX_TX_BUCKETS: usize = 4096;
 
 /// How long a session outlives its principal's last security association
 /// unless configured (`[modules] session_grace_secs`), ms.
@@ -113,6 +135,8 @@ impl Sched {
             sa_seen: HashMap::new(),
             grace_ms: DEFAULT_SESSION_GRACE_MS,
             gone_check_at: None,
+            tx: HashMap::new(),
+            tx_default: DEFAULT_TX_BYTES_PER_SEC,
             counters: SchedCounters::default(),
         })
     }
@@ -172,6 +196,27 @@ impl Sched {
         let _ = self.rcane.finish_event(pool, now);
     }
 
+    /// Takes `bytes` of `p`'s transmit allowance: its best-effort rate plus
+    /// its session's transmit reservation, in bursts of a tenth of a second
+    /// (64 KiB at least). `false`: over the limit, do not send.
+    pub fn tx_allow(&mut self, p: PrincipalId, bytes: u64, now_ns: u64) -> bool {
+        let reserved = self.by_principal.get(&p).map_or(0, |sid| self.rcane.tx_reserved(*sid));
+        let rate = self.tx_default.saturating_add(reserved);
+        let burst = (rate / 10).max(64 << 10);
+        if !self.tx.contains_key(&p) && self.tx.len() >= MAX_TX_BUCKETS {
+            // Full buckets carry no state.
+            self.tx.retain(|_, b| !b.is_full(now_ns));
+            if self.tx.len() >= MAX_TX_BUCKETS {
+                return false;
+            }
+        }
+        let b = self.tx.entry(p).or_insert_with(|| anode_sched::ByteBucket::new(rate, burst, now_ns));
+        if b.rate() != rate {
+            b.set(rate, burst, now_ns);
+        }
+        b.take(bytes, now_ns)
+    }
+
     /// Takes the suspended task of `principal`, if one holds its store.
     fn take_suspended_of(&mut self, principal: PrincipalId) -> Option<(VpId, PoolId, Task)> {
         let vp = self.suspended.iter().find(|(_, (_, t))| t.principal() == principal).map(|(vp, _)| *vp)?;
@@ -227,6 +272,15 @@ impl Node {
     pub fn set_session_grace_ms(&mut self, ms: u64) {
         if let Some(s) = self.sched.as_mut() {
             s.grace_ms = ms;
+        }
+    }
+
+    /// Every principal's best-effort transmit allowance for its modules'
+    /// packets, bytes per second (default [`DEFAULT_TX_BYTES_PER_SEC`]); a
+    /// session's transmit reservation adds to it.
+    pub fn set_tx_allowance(&mut self, bytes_per_sec: u64) {
+        if let Some(s) = self.sched.as_mut() {
+            s.tx_default = bytes_per_sec;
         }
     }
 
@@ -491,7 +545,9 @@ impl Node {
                 Err(_) => return Reply::Error { code: ErrorCode::Malformed, detail: 0 },
             };
             match req {
-                Request::Open { credential, reservation } => self.open_session(from, &credential, &reservation, now_ms),
+                Request::Open { credential, reservation } => {
+                    self.open_session(from, &credential, &reservation, true, now_ms)
+                }
                 Request::Reserve { session, reservation } => self.reserve_session(from, session, &reservation, now_ms),
                 Request::Close { session } => {
                     let Some(s) = self.sched.as_mut() else {
@@ -571,11 +627,35 @@ impl Node {
         }
     }
 
+    /// Opens a session from the configuration (`[[modules.session]]`),
+    /// before anything else runs: decided by its credential and admitted as
+    /// one opened over the network, but never closed as `principal-gone`.
+    ///
+    /// # Errors
+    /// [`StaticSessionError`] with the node's answer when it is refused.
+    pub fn open_static_session(
+        &mut self,
+        principal: PrincipalId,
+        credential: &[u8],
+        vps: &[anode_sched::VpParams],
+        now_ms: u64,
+    ) -> Result<SessionId, StaticSessionError> {
+        let req = anode_sched::ReserveRequest {
+            vps: vps.iter().map(|v| anode_sched::VpOp::Add(*v)).collect(),
+            ..Default::default()
+        };
+        match self.open_session(principal, credential, &req, false, now_ms) {
+            anode_sched::wire::Reply::Granted { session, .. } => Ok(session),
+            other => Err(StaticSessionError { principal, answer: format!("{other:?}") }),
+        }
+    }
+
     fn open_session(
         &mut self,
         from: PrincipalId,
         credential: &[u8],
         req: &anode_sched::ReserveRequest,
+        track_sa: bool,
         now_ms: u64,
     ) -> anode_sched::wire::Reply {
         use anode_sched::wire::Reply;
@@ -594,7 +674,7 @@ impl Node {
                 s.credentials.insert(g.session, credential.to_vec());
                 // The request came over an SA of `from`: the session lives
                 // while it (or a later one) does, plus the grace period.
-                if let Some(key) = anode_sec::PublicKey::from_bytes(&from.0) {
+                if let Some(key) = anode_sec::PublicKey::from_bytes(&from.0).filter(|_| track_sa) {
                     let until = self.sec.as_ref().and_then(|g| g.links.sa_until(&key)).unwrap_or(now_ms);
                     s.sa_seen.insert(g.session, (key, until));
                     let at = until.saturating_add(s.grace_ms);
