@@ -191,3 +191,50 @@ fn linux_baselines_short_run() {
     }
     assert_eq!(std::fs::read_to_string(SYSCTL).unwrap(), before, "the sysctl is restored");
 }
+
+#[test]
+fn from_periods_makes_a_trace_and_can_leave_out_idle_periods() {
+    let s = Scratch::new("periods");
+    let log = s.0.join("periods.csv");
+    // VP 2.1 (a load B with 400 µs per 4 ms): a full period, one it was
+    // idle in for part of the time (short of its slice), a short one it
+    // was not idle in; Best-Effort's VP 1.1 in between.
+    std::fs::write(
+        &log,
+        "vp,session,start_ns,end_ns,slice_ns,received_ns,slack_ns,idle\n\
+         2.1,2.1,1000000,5000000,400000,400000,0,0\n\
+         1.1,1.1,1000000,11000000,1000000,3000000,2000000,0\n\
+         2.1,2.1,5000000,9000000,400000,100000,0,1\n\
+         2.1,2.1,9000000,13000000,400000,200000,0,0\n",
+    )
+    .unwrap();
+    let trace = |extra: &[&str]| -> Trace {
+        let out = s.0.join("t.csv");
+        let mut args =
+            vec!["experiment", "from-periods", log.to_str().unwrap(), "--load", "B=2.1", "--best-effort", "A=1.1"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["-o", out.to_str().unwrap()]);
+        let (ok, _, err) = anode(&args);
+        assert!(ok, "{err}");
+        Trace::parse(&std::fs::read_to_string(&out).unwrap()).unwrap()
+    };
+    let all = trace(&[]);
+    let b: Vec<&TraceRow> = all.rows.iter().filter(|r| r.load == "B").collect();
+    assert_eq!(b.len(), 3);
+    assert_eq!((b[0].start_ns, b[0].received_ns), (0, 400_000));
+    assert!(all.meta.contains(&("idle_periods_B".into(), "1".into())), "{:?}", all.meta);
+    let busy = trace(&["--skip-idle"]);
+    let b: Vec<&TraceRow> = busy.rows.iter().filter(|r| r.load == "B").collect();
+    assert_eq!(
+        b.iter().map(|r| r.received_ns).collect::<Vec<_>>(),
+        vec![400_000, 200_000],
+        "only the idle one left out"
+    );
+    assert!(busy.meta.contains(&("idle_periods_skipped".into(), "true".into())));
+    // A malformed log is refused, saying where.
+    std::fs::write(&log, "vp,session,start_ns,end_ns,slice_ns,received_ns,slack_ns,idle\n2.1,2.1,0,1,1,1,0,7\n")
+        .unwrap();
+    let (ok, _, err) =
+        anode(&["experiment", "from-periods", log.to_str().unwrap(), "--load", "B=2.1", "-o", "/dev/null"]);
+    assert!(!ok && err.contains("line 2"), "{err}");
+}

@@ -25,6 +25,13 @@ pub struct FromPeriodsArgs {
     /// The trace's source column.
     #[arg(long, default_value = "anode")]
     pub source: String,
+    /// Leave out the periods of guaranteed loads in which the VP was not
+    /// runnable for some of the time (it had no work: a shortfall there is
+    /// the load's choice, as the scheduler's own `honoured` says, not a
+    /// broken guarantee); how many is recorded in the trace's metadata
+    /// (`idle_periods_<load>`).
+    #[arg(long)]
+    pub skip_idle: bool,
     /// Output trace (CSV).
     #[arg(short, long)]
     pub output: PathBuf,
@@ -36,6 +43,7 @@ struct Rec {
     end: u64,
     slice: u64,
     received: u64,
+    idle: bool,
 }
 
 fn parse_log(text: &str) -> Result<Vec<Rec>> {
@@ -49,7 +57,12 @@ fn parse_log(text: &str) -> Result<Vec<Rec>> {
             bail!("line {}: expected 8 fields, found {}", i + 1, f.len());
         }
         let n = |k: usize| -> Result<u64> { f[k].parse().with_context(|| format!("line {}: field {}", i + 1, k + 1)) };
-        v.push(Rec { vp: f[0].to_string(), start: n(2)?, end: n(3)?, slice: n(4)?, received: n(5)? });
+        let idle = match f[7] {
+            "0" => false,
+            "1" => true,
+            x => bail!("line {}: idle is {x:?}, not 0 or 1", i + 1),
+        };
+        v.push(Rec { vp: f[0].to_string(), start: n(2)?, end: n(3)?, slice: n(4)?, received: n(5)?, idle });
     }
     Ok(v)
 }
@@ -75,7 +88,10 @@ pub fn run(a: FromPeriodsArgs) -> Result<std::process::ExitCode> {
     let end = recs.iter().filter(|r| named(&r.vp)).map(|r| r.end).max().unwrap_or(t0);
     let mut t = Trace::default();
     for (name, vp) in &loads {
-        for (k, r) in recs.iter().filter(|r| &r.vp == vp && r.start >= t0).enumerate() {
+        let idle = recs.iter().filter(|r| &r.vp == vp && r.start >= t0 && r.idle).count();
+        t.meta.push((format!("idle_periods_{name}"), idle.to_string()));
+        let keep = |r: &&Rec| &r.vp == vp && r.start >= t0 && !(a.skip_idle && r.idle);
+        for (k, r) in recs.iter().filter(keep).enumerate() {
             t.rows.push(TraceRow {
                 source: a.source.clone(),
                 load: name.clone(),
@@ -93,6 +109,7 @@ pub fn run(a: FromPeriodsArgs) -> Result<std::process::ExitCode> {
         t.rows.extend(rows);
     }
     t.meta.push(("period_log".into(), a.log.display().to_string()));
+    t.meta.push(("idle_periods_skipped".into(), a.skip_idle.to_string()));
     std::fs::write(&a.output, t.to_csv()).with_context(|| format!("writing {}", a.output.display()))?;
     eprintln!("wrote {} ({} rows)", a.output.display(), t.rows.len());
     Ok(std::process::ExitCode::SUCCESS)
