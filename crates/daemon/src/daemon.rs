@@ -182,7 +182,8 @@ fn build_node(cfg: &NodeConfig, topology: Option<&Topology>, unix_ms_at_zero: u6
         node.enable_modules(sb, unix_ms_at_zero);
         // Module work runs in sessions under EDF (RCANE); the scheduler's
         // clock starts with the daemon's.
-        node.enable_rcane(anode_sched::RcaneConfig::default(), 0).map_err(|e| DaemonError::Rcane(e.to_string()))?;
+        let rcane = m.rcane().map_err(config)?;
+        node.enable_rcane(rcane, 0).map_err(|e| DaemonError::Rcane(e.to_string()))?;
         node.set_session_grace_ms(m.session_grace_secs.saturating_mul(1000));
         node.set_tx_allowance(m.tx_bytes_per_sec);
     }
@@ -536,6 +537,15 @@ impl Daemon {
         // waiting. A guaranteed dispatch runs its budget out: forwarding
         // waits at most one slice.
         let slack = d.kind == anode_sched::DispatchKind::Slack;
+        // A slack dispatch also ends when one of the core's timers is due
+        // (a module alarm above all): the events it posts may belong to a
+        // VP with a guarantee, which EDF must see at once rather than
+        // after the slack runs out (a VP whose next event is an alarm would
+        // otherwise look idle for that long).
+        let end = match self.node.poll_at().filter(|_| slack) {
+            Some(ms) => end.min(self.started + Duration::from_millis(ms)),
+            None => end,
+        };
         let mut fds: Vec<nix::poll::PollFd<'_>> = if slack {
             self.udp.iter().map(|s| nix::poll::PollFd::new(s.as_fd(), nix::poll::PollFlags::POLLIN)).collect()
         } else {

@@ -110,6 +110,14 @@ pub enum ConfigError {
     /// listed, or a key twice).
     #[error("[security]: {0}")]
     Links(#[from] anode_sec::links::LinksError),
+    /// A resource-control setting of `[modules]` is invalid.
+    #[error("[modules] {key}: {reason}")]
+    Rcane {
+        /// Which setting.
+        key: &'static str,
+        /// Why.
+        reason: String,
+    },
     /// A `[[modules.session]]` is malformed.
     #[error("[[modules.session]] #{index}: {reason}")]
     StaticSession {
@@ -409,6 +417,18 @@ pub struct ModulesConfig {
     /// 64 KiB at least); beyond it their packets are dropped (`tx_limit`).
     #[serde(default = "tx_bytes_per_sec")]
     pub tx_bytes_per_sec: u64,
+    /// Share of one CPU that may be guaranteed in total, System and
+    /// Best-Effort included, percent (`1..=100`).
+    #[serde(default = "cpu_capacity_percent")]
+    pub cpu_capacity_percent: u32,
+    /// The System session's guarantee (handshakes, loads, session
+    /// requests), `SLICE/PERIOD`; it always may use slack.
+    #[serde(default = "system_vp")]
+    pub system_vp: String,
+    /// The Best-Effort session's guarantee (SNAP forwarding, principals
+    /// without a session), `SLICE/PERIOD`; it always may use slack.
+    #[serde(default = "best_effort_vp")]
+    pub best_effort_vp: String,
     /// Sessions the administrator opens at start (before the loads), for
     /// principals that need a reservation without contacting the node.
     #[serde(default, rename = "session", skip_serializing_if = "Vec::is_empty")]
@@ -454,6 +474,18 @@ fn tx_bytes_per_sec() -> u64 {
     crate::core::DEFAULT_TX_BYTES_PER_SEC
 }
 
+fn cpu_capacity_percent() -> u32 {
+    95
+}
+
+fn system_vp() -> String {
+    "500us/10ms".into()
+}
+
+fn best_effort_vp() -> String {
+    "1ms/10ms".into()
+}
+
 impl ModulesConfig {
     /// A `[modules]` section with this administrator key and defaults.
     pub fn new(admin_key: String) -> ModulesConfig {
@@ -462,8 +494,31 @@ impl ModulesConfig {
             loads: Vec::new(),
             session_grace_secs: session_grace_secs(),
             tx_bytes_per_sec: tx_bytes_per_sec(),
+            cpu_capacity_percent: cpu_capacity_percent(),
+            system_vp: system_vp(),
+            best_effort_vp: best_effort_vp(),
             sessions: Vec::new(),
         }
+    }
+
+    /// The resource-control configuration these settings make (the
+    /// scheduler's defaults otherwise), checked.
+    pub fn rcane(&self) -> Result<anode_sched::RcaneConfig, ConfigError> {
+        let bad = |key: &'static str, reason: String| ConfigError::Rcane { key, reason };
+        let mut c = anode_sched::RcaneConfig::default();
+        if !(1..=100).contains(&self.cpu_capacity_percent) {
+            return Err(bad("cpu_capacity_percent", format!("{} is not in 1..=100", self.cpu_capacity_percent)));
+        }
+        c.capacity.cpu_ppm = u64::from(self.cpu_capacity_percent) * 10_000;
+        let vp = |key: &'static str, text: &str| -> Result<anode_sched::VpParams, ConfigError> {
+            let v: anode_sched::VpParams = text.parse().map_err(|e| bad(key, format!("{e}")))?;
+            Ok(anode_sched::VpParams { extra: true, ..v })
+        };
+        c.system = vp("system_vp", &self.system_vp)?;
+        c.best_effort = vp("best_effort_vp", &self.best_effort_vp)?;
+        anode_sched::Rcane::<()>::new(c, 0)
+            .map_err(|e| bad("system_vp/best_effort_vp/cpu_capacity_percent", e.to_string()))?;
+        Ok(c)
     }
 }
 
@@ -666,6 +721,7 @@ impl NodeConfig {
             for (i, s) in m.sessions.iter().enumerate() {
                 s.parsed(i)?;
             }
+            m.rcane()?;
         }
         if let Some(sec) = self.security.as_ref().filter(|s| s.enabled) {
             if sec.key.is_none() {
@@ -890,6 +946,20 @@ mod tests {
         assert!(e(&with(&key, "\"1 fortnight/4ms\"")).contains("bad time span"));
         assert!(e(&with(&key, "\"99999999999999999999s/4ms\"")).contains("out of range"));
         assert!(e(&with(&key, "")).contains("no `vp`"));
+        // The node's own guarantees.
+        let rc = |extra: &str| format!("{NODE}[modules]\nadmin_key = \"{key}\"\n{extra}\n");
+        let c = NodeConfig::from_toml(&rc("cpu_capacity_percent = 80\nsystem_vp = \"1ms/10ms\""))
+            .expect("valid")
+            .modules
+            .expect("modules")
+            .rcane()
+            .expect("rcane");
+        assert_eq!(c.capacity.cpu_ppm, 800_000);
+        assert_eq!(c.system, anode_sched::VpParams { slice_ns: 1_000_000, period_ns: 10_000_000, extra: true });
+        assert!(e(&rc("cpu_capacity_percent = 0")).contains("cpu_capacity_percent"));
+        assert!(e(&rc("cpu_capacity_percent = 101")).contains("not in 1..=100"));
+        assert!(e(&rc("system_vp = \"10ms\"")).contains("[modules] system_vp"));
+        assert!(e(&rc("best_effort_vp = \"9ms/10ms\"\ncpu_capacity_percent = 50")).contains("[modules]"));
     }
 
     #[test]

@@ -375,11 +375,7 @@ impl Node {
     /// keys at boot, retries with backoff, rekeying, expiry, module alarms.
     pub fn handle_timeout(&mut self, now_ms: u64, out: &mut Outbox) {
         self.set_now(now_ms);
-        if self.modules.as_ref().is_some_and(|m| m.sb.poll_at().is_some_and(|t| t <= now_ms)) {
-            let mut jobs = Vec::new();
-            self.with_sandbox(now_ms, out, |sb, now, _| sb.due_jobs(now, &mut jobs));
-            self.post_jobs(&mut jobs, out);
-        }
+        self.post_due_jobs(now_ms, out);
         self.expire_sessions(out);
         self.close_gone_sessions(now_ms);
         self.poll_security(now_ms, out);

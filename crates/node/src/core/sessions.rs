@@ -420,6 +420,11 @@ impl Node {
                 _ => {
                     s.job_done(pool);
                     done += 1;
+                    // An alarm the job set for now (a chain of work, as
+                    // modules/burn re-arms at 0 ms) is posted at once, so
+                    // its VP stays runnable rather than waiting for the
+                    // daemon's next timer pass.
+                    self.post_due_jobs(now_ms, out);
                     if !keep_going() {
                         break;
                     }
@@ -434,6 +439,15 @@ impl Node {
         self.charge_transmits(out, mark);
         self.protect(&[], out, mark, now_ms);
         done
+    }
+
+    /// Posts the module alarms due at `now_ms` as jobs on their pools.
+    pub(super) fn post_due_jobs(&mut self, now_ms: u64, out: &mut Outbox) {
+        if self.modules.as_ref().is_some_and(|m| m.sb.poll_at().is_some_and(|t| t <= now_ms)) {
+            let mut jobs = Vec::new();
+            self.with_sandbox(now_ms, out, |sb, now, _| sb.due_jobs(now, &mut jobs));
+            self.post_jobs(&mut jobs, out);
+        }
     }
 
     /// Charges what a dispatch used, measured on the thread CPU clock.
