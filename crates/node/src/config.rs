@@ -133,6 +133,17 @@ pub enum ConfigError {
     /// A `[security]` setting that must be positive is zero.
     #[error("[security] {0} must be positive")]
     ZeroSecuritySetting(&'static str),
+    /// A `[monitor]` setting out of range.
+    #[error("[monitor] {key} {reason}")]
+    BadMonitorSetting {
+        /// The key.
+        key: &'static str,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// `[monitor] interfaces` names an interface the node does not have.
+    #[error("[monitor] interfaces: no [[interface]] is named {0:?}")]
+    MonitorUnknownInterface(String),
 }
 
 /// Which key of the configuration a [`ConfigError::BadKey`] is about.
@@ -144,6 +155,8 @@ pub enum KeyField {
     Neighbor(Ipv4Addr),
     /// `[security] users[i]`.
     User(usize),
+    /// `[monitor] admin_key`.
+    MonitorAdminKey,
 }
 
 impl core::fmt::Display for KeyField {
@@ -152,6 +165,7 @@ impl core::fmt::Display for KeyField {
             KeyField::AdminKey => f.write_str("[modules] admin_key"),
             KeyField::Neighbor(a) => write!(f, "neighbour {a} key"),
             KeyField::User(i) => write!(f, "[security] users[{i}]"),
+            KeyField::MonitorAdminKey => f.write_str("[monitor] admin_key"),
         }
     }
 }
@@ -401,6 +415,111 @@ pub struct ModuleLoad {
     pub name: Option<String>,
 }
 
+/// The `[monitor]` section: the FLAME tap on this node's data path
+/// (`docs/monitor.md`). Absent, or `enabled = false`: no tap, no cost.
+/// Writing it is the administrator's grant; each module's credential (a
+/// monitoring credential rooted in `admin_key`) decides what it sees.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MonitorSection {
+    /// The tap is on only when this is true.
+    #[serde(default)]
+    pub enabled: bool,
+    /// The administrator's Ed25519 public key (hex, or a public key file's
+    /// text): the root every monitoring credential must chain to.
+    pub admin_key: String,
+    /// Crypto-PAn key file (`anode monitor keygen`, mode 0600), needed when
+    /// a credential anonymizes addresses (relative: to the config file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anon_key: Option<PathBuf>,
+    /// Monitoring modules loaded at start, each with its monitoring
+    /// credential.
+    #[serde(default, rename = "load", skip_serializing_if = "Vec::is_empty")]
+    pub loads: Vec<ModuleLoad>,
+    /// Packets per module call (1: one call per packet).
+    #[serde(default = "monitor_batch")]
+    pub batch: u32,
+    /// CPU budget overruns after which a module is unloaded.
+    #[serde(default = "monitor_unload_after")]
+    pub unload_after: u32,
+    /// Interval of the modules' periodic part, ms.
+    #[serde(default = "monitor_tick_ms")]
+    pub tick_ms: u64,
+    /// Names of the interfaces tapped (default: all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<String>,
+    /// Packets that may wait for the monitor; beyond it they are not
+    /// monitored (counted as `queue_full`) and still forwarded.
+    #[serde(default = "monitor_queue")]
+    pub queue: usize,
+    /// JSON lines of the records (default: `<run_dir>/monitor.jsonl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json: Option<PathBuf>,
+    /// IPFIX file of the records (default: `<run_dir>/monitor.ipfix`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipfix: Option<PathBuf>,
+    /// pcap of the sampled packets (default: `<run_dir>/monitor.pcap`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcap: Option<PathBuf>,
+}
+
+fn monitor_batch() -> u32 {
+    32
+}
+fn monitor_unload_after() -> u32 {
+    64
+}
+fn monitor_tick_ms() -> u64 {
+    1000
+}
+fn monitor_queue() -> usize {
+    4096
+}
+
+impl MonitorSection {
+    /// A section that is off, rooted in `admin_key`, every setting at its
+    /// default.
+    pub fn new(admin_key: &str) -> MonitorSection {
+        MonitorSection {
+            enabled: false,
+            admin_key: admin_key.to_string(),
+            anon_key: None,
+            loads: Vec::new(),
+            batch: monitor_batch(),
+            unload_after: monitor_unload_after(),
+            tick_ms: monitor_tick_ms(),
+            interfaces: Vec::new(),
+            queue: monitor_queue(),
+            json: None,
+            ipfix: None,
+            pcap: None,
+        }
+    }
+
+    fn validate(&self, ifaces: &[InterfaceConfig]) -> Result<(), ConfigError> {
+        parse_key(KeyField::MonitorAdminKey, &self.admin_key)?;
+        let bad = |key, reason| Err(ConfigError::BadMonitorSetting { key, reason });
+        if !(1..=1024).contains(&self.batch) {
+            return bad("batch", "must be in 1..=1024");
+        }
+        if self.unload_after == 0 {
+            return bad("unload_after", "must be at least 1");
+        }
+        if !(10..=3_600_000).contains(&self.tick_ms) {
+            return bad("tick_ms", "must be in 10..=3600000");
+        }
+        if !(1..=1 << 20).contains(&self.queue) {
+            return bad("queue", "must be in 1..=1048576");
+        }
+        for n in &self.interfaces {
+            if !ifaces.iter().any(|i| &i.name == n) {
+                return Err(ConfigError::MonitorUnknownInterface(n.clone()));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The `[local]` section: the local application API and the control
 /// socket (see `docs/node.md`, "Local trust model").
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
@@ -477,6 +596,9 @@ pub struct NodeConfig {
     /// Switchlets and capsules (off when the section is absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub modules: Option<ModulesConfig>,
+    /// The FLAME tap (off when the section is absent or not enabled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monitor: Option<MonitorSection>,
     /// The local application API and control socket.
     #[serde(default, skip_serializing_if = "is_default_local")]
     pub local: LocalConfig,
@@ -496,6 +618,7 @@ impl NodeConfig {
             routes: RoutesConfig::default(),
             security: None,
             modules: None,
+            monitor: None,
             local: LocalConfig::default(),
         }
     }
@@ -584,6 +707,9 @@ impl NodeConfig {
         }
         if let Some(m) = &self.modules {
             parse_key(KeyField::AdminKey, &m.admin_key)?;
+        }
+        if let Some(m) = &self.monitor {
+            m.validate(&self.interfaces)?;
         }
         if let Some(sec) = self.security.as_ref().filter(|s| s.enabled) {
             if sec.key.is_none() {

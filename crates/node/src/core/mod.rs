@@ -21,9 +21,11 @@ mod data;
 mod modules;
 mod seal;
 mod sessions;
+mod tap;
 
 pub use modules::LoadFailure;
 pub use sessions::{BE_POOL, RcaneSetupError, SchedCounters};
+pub use tap::{TAP_OUTPUTS, TapConfig, TapCounters};
 
 use crate::config::{ConfigError, NodeConfig, Topology};
 use crate::counters::Counters;
@@ -275,6 +277,8 @@ pub struct Node {
     to_channels: Vec<(u16, Ipv4Addr, Vec<u8>)>,
     /// RCANE scheduling of module work, when on.
     pub(super) sched: Option<Box<sessions::Sched>>,
+    /// The FLAME tap, when `[monitor]` turns it on.
+    tap: Option<Box<tap::Tap>>,
 }
 
 impl Node {
@@ -347,6 +351,7 @@ impl Node {
             ep_addr,
             to_channels: Vec::new(),
             sched: None,
+            tap: None,
         })
     }
 
@@ -364,7 +369,8 @@ impl Node {
         let m = self.modules.as_ref().and_then(|m| m.sb.poll_at());
         // A session whose credential expires is closed then.
         let e = self.sched.as_ref().and_then(|s| s.rcane.next_expiry()).map(|ns| ns.div_ceil(1_000_000));
-        [s, m, e].into_iter().flatten().min()
+        let t = self.tap_poll_at();
+        [s, m, e, t].into_iter().flatten().min()
     }
 
     /// Runs what is due at `now_ms` (see [`poll_at`](Self::poll_at)): link
@@ -377,6 +383,7 @@ impl Node {
             self.post_jobs(&mut jobs, out);
         }
         self.expire_sessions(out);
+        self.tap_timeout(now_ms);
         self.poll_security(now_ms, out);
     }
 
