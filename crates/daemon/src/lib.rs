@@ -43,6 +43,7 @@ mod droplog;
 pub mod files;
 mod ledger;
 pub mod ratelog;
+mod tap;
 mod udp;
 
 pub use app::LocalLimits;
@@ -110,6 +111,9 @@ pub enum DaemonError {
         /// Why it was refused.
         source: anode_node::core::LoadFailure,
     },
+    /// The `[monitor]` tap could not start.
+    #[error(transparent)]
+    Tap(#[from] tap::TapError),
     /// The node's secret key file is unusable.
     #[error("security: {0}")]
     Key(#[from] anode_sec::KeyError),
