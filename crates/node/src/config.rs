@@ -923,6 +923,36 @@ mod tests {
     }
 
     #[test]
+    fn the_monitor_section_is_off_by_default_and_checked() {
+        assert_eq!(NodeConfig::from_toml(NODE).expect("valid").monitor, None);
+        let key = "3981782f1d32f1d6fbd807c7b02acb1cc8f09743e1b49d15d0b7a984d65474c0";
+        let with = |extra: &str| NodeConfig::from_toml(&format!("{NODE}\n[monitor]\nadmin_key = \"{key}\"\n{extra}"));
+        let m = with("").expect("valid").monitor.expect("present");
+        assert!(!m.enabled, "present but not enabled: off");
+        assert_eq!(m, MonitorSection::new(key));
+        let on = with("enabled = true\ninterfaces = [\"east\"]\nload = [{ file = \"m.wasm\", credential = \"m.cred\" }]")
+            .expect("valid")
+            .monitor
+            .expect("present");
+        assert!(on.enabled && on.loads.len() == 1);
+        let e = |extra: &str| with(extra).expect_err("invalid");
+        for (extra, key) in [("batch = 0", "batch"), ("batch = 5000", "batch"), ("unload_after = 0", "unload_after"),
+                             ("tick_ms = 1", "tick_ms"), ("queue = 0", "queue")] {
+            assert!(matches!(e(extra), ConfigError::BadMonitorSetting { key: k, .. } if k == key), "{extra}");
+        }
+        assert_eq!(e("interfaces = [\"nope\"]"), ConfigError::MonitorUnknownInterface("nope".into()));
+        assert!(matches!(e("bogus = 1"), ConfigError::Syntax(_)));
+        let bad_key = NodeConfig::from_toml(&format!("{NODE}\n[monitor]\nadmin_key = \"zz\"\n")).expect_err("bad key");
+        assert!(matches!(bad_key, ConfigError::BadKey { what: KeyField::MonitorAdminKey, .. }), "{bad_key}");
+        assert!(bad_key.to_string().starts_with("[monitor] admin_key"), "{bad_key}");
+        let mut c = NodeConfig::from_toml(NODE).expect("valid");
+        c.monitor = Some(on);
+        assert_eq!(NodeConfig::from_toml(&c.to_toml().expect("toml")).expect("reads back"), c);
+        assert_eq!(MonitorSection::from_toml(&format!("admin_key = \"{key}\"\nbatch = 0")).unwrap_err(),
+                   ConfigError::BadMonitorSetting { key: "batch", reason: "must be in 1..=1024" });
+    }
+
+    #[test]
     fn topology_errors_name_what_is_wrong() {
         let e = |t: &str| Topology::from_toml(t).expect_err("invalid");
         let two = "node = [{ name = \"a\", address = \"10.0.0.1\" }, { name = \"b\", address = \"10.0.0.2\" }]\n";
