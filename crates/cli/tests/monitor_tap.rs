@@ -2,7 +2,8 @@
 //! exactly the same packets with trajectory sampling; the tap is off by
 //! default; a looping module on the tap does not stop forwarding and is
 //! unloaded as the monitor does; the view on the tap withholds what the
-//! credential does not grant.
+//! credential does not grant; the periodic part runs in an RCANE session of
+//! its own.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -222,6 +223,16 @@ fn the_tap_is_off_by_default_and_a_looping_module_on_it_does_not_stop_forwarding
     for r in records(&b).iter().filter(|r| r["module"] == "hostile") {
         assert_eq!((r["packets"].as_u64(), r["flow"].as_u64()), (Some(0), Some(0)), "{r}");
     }
+    // The periodic part runs in a VP of the tap's own RCANE session, which
+    // is charged for it.
+    let sid = m["periodic_session"].as_str().unwrap().to_string();
+    let cpu = |st: &serde_json::Value| {
+        st["rcane"]["sessions"].as_array().unwrap().iter().find(|x| x["session"] == sid.as_str()).map(|x| {
+            x["charges"]["cpu_guaranteed_ns"].as_u64().unwrap() + x["charges"]["cpu_slack_ns"].as_u64().unwrap()
+        })
+    };
+    assert!(cpu(&st).is_some(), "{}", st["rcane"]);
+    assert!(eventually(5.0, || cpu(&status(&b)).unwrap_or(0) > 0), "{}", status(&b)["rcane"]);
     let metrics = Command::new(ANODE).args(["status", "--metrics", "--run-dir"]).arg(&b).output().unwrap();
     let metrics = String::from_utf8_lossy(&metrics.stdout);
     assert!(metrics.contains("anode_monitor_unloads_total 1"), "{metrics}");

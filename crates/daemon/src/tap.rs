@@ -47,6 +47,9 @@ pub enum TapError {
         /// Why.
         source: anode_monitor::MonitorLoadError,
     },
+    /// RCANE refused the periodic part's session (its VP: `TAP_VP`).
+    #[error("[monitor]: the periodic part's session was refused: {0}")]
+    Session(anode_sched::RcaneError),
     /// An export file could not be created or written.
     #[error("[monitor] export {}: {reason}", file.display())]
     Export {
@@ -100,8 +103,7 @@ fn anon_key(file: &Path) -> Result<CryptoPan, TapError> {
 }
 
 /// The monitor `[monitor]` describes, its modules loaded.
-fn build_monitor(m: &MonitorSection) -> Result<Monitor, DaemonError> {
-    let pk = anode_sec::PublicKey::parse(&m.admin_key).map_err(|e| TapError::AdminKey(e.to_string()))?;
+fn build_monitor(m: &MonitorSection, pk: &anode_sec::PublicKey) -> Result<Monitor, DaemonError> {
     let root = anode_cred::root_key_from_ed25519(pk.as_bytes()).map_err(|e| TapError::AdminKey(e.to_string()))?;
     let key = m.anon_key.as_deref().map(anon_key).transpose()?;
     if let Some(k) = &key {
@@ -134,7 +136,8 @@ pub(crate) fn start(
     now_ms: u64,
 ) -> Result<Option<TapFiles>, DaemonError> {
     let Some(m) = cfg.monitor.as_ref().filter(|m| m.enabled) else { return Ok(None) };
-    let monitor = build_monitor(m)?;
+    let pk = anode_sec::PublicKey::parse(&m.admin_key).map_err(|e| TapError::AdminKey(e.to_string()))?;
+    let monitor = build_monitor(m, &pk)?;
     let interfaces = cfg.interfaces.iter().map(|i| m.interfaces.is_empty() || m.interfaces.contains(&i.name)).collect();
     let tc = TapConfig {
         interfaces,
@@ -143,6 +146,7 @@ pub(crate) fn start(
         queue: m.queue,
         outputs: TAP_OUTPUTS,
         unix_ms_at_zero,
+        owner: *pk.as_bytes(),
     };
     let path = |p: &Option<PathBuf>, name: &str| p.clone().unwrap_or_else(|| run_dir.join(name));
     let (jp, ip, pp) = (path(&m.json, "monitor.jsonl"), path(&m.ipfix, "monitor.ipfix"), path(&m.pcap, "monitor.pcap"));
@@ -157,7 +161,7 @@ pub(crate) fn start(
         pending: BTreeMap::new(),
         write_errors: 0,
     };
-    node.enable_tap(monitor, tc, now_ms);
+    node.enable_tap(monitor, tc, now_ms).map_err(TapError::Session)?;
     info!(json = %jp.display(), ipfix = %ip.display(), pcap = %pp.display(), tick_ms = m.tick_ms, "monitor tap on");
     Ok(Some(files))
 }

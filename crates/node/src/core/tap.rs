@@ -11,7 +11,19 @@
 //!           a posted tick ─► Monitor::periodic
 //!           ─► Output (records, samples, unloads) ─► bounded output queue ─► drain_tap
 //! poll_at / handle_timeout: every tick_ms a tick is posted (only when the tap is on)
+//!           with RCANE on: the tick marks the tap's own VP busy; EDF dispatches it
+//!           (run_dispatch ─► tap_dispatch ─► Monitor::periodic), charged to its session
 //! ```
+//!
+//! The periodic part runs in a VP of its own when RCANE is on (FLAME's
+//! kernel/user split; issue 16: "in its own VP once RCANE I has landed"):
+//! [`enable_tap`](Node::enable_tap) opens a session for the administrator
+//! (whose grant the tap is) with one VP of [`TAP_VP`], admitted like any
+//! session; a posted tick marks that VP busy, the scheduler dispatches it
+//! when its deadline comes (a long period: lower priority than the
+//! forwarding and the sessions with tighter deadlines), and the daemon
+//! charges the dispatch to that session as any other. Without RCANE the
+//! tick runs in [`run_tap`](Node::run_tap).
 //!
 //! The tap never changes what the data path does with a datagram: it reads
 //! the bytes before `dispatch` rewrites them (TTL, SNAP stack) and copies
@@ -26,6 +38,7 @@
 
 use super::Node;
 use anode_monitor::{Monitor, Output};
+use anode_sched::{Ceilings, ReserveRequest, SessionId, VpId, VpOp, VpParams};
 use core::net::SocketAddr;
 use std::collections::VecDeque;
 
@@ -45,7 +58,14 @@ pub struct TapConfig {
     pub outputs: usize,
     /// Wall-clock ms when `now_ms` was 0 (timestamps are ns since the epoch).
     pub unix_ms_at_zero: u64,
+    /// Whose grant the tap is (the administrator's public key): the owner
+    /// of the periodic part's session when RCANE is on.
+    pub owner: [u8; 32],
 }
+
+/// The periodic part's VP when RCANE is on: 2 ms every 100 ms guaranteed
+/// (2 % of a CPU), and slack beyond it.
+pub const TAP_VP: VpParams = VpParams { slice_ns: 2_000_000, period_ns: 100_000_000, extra: true };
 
 /// Most outputs waiting for the daemon by default.
 pub const TAP_OUTPUTS: usize = 65_536;
@@ -86,6 +106,8 @@ pub(crate) struct Tap {
     next_tick_ms: u64,
     /// A periodic run is posted for this time (ns since the epoch).
     tick: Option<u64>,
+    /// The periodic part's session and VP, when RCANE is on.
+    vp: Option<(SessionId, VpId)>,
     scratch: Vec<Output>,
     outputs: VecDeque<Output>,
     counters: TapCounters,
@@ -135,9 +157,33 @@ impl Tap {
 impl Node {
     /// Turns the tap on with a monitor whose modules are loaded (the daemon
     /// builds it from `[monitor]`). `now_ms` starts the periodic timer.
-    pub fn enable_tap(&mut self, monitor: Monitor, cfg: TapConfig, now_ms: u64) {
+    /// With RCANE on (enable it first), the periodic part gets a session of
+    /// its own with one [`TAP_VP`], admitted as any session's.
+    ///
+    /// # Errors
+    /// The scheduler's refusal of that session (capacity, limits); the tap
+    /// stays off.
+    pub fn enable_tap(&mut self, monitor: Monitor, cfg: TapConfig, now_ms: u64) -> Result<(), anode_sched::RcaneError> {
         let next_tick_ms = now_ms.saturating_add(cfg.tick_ms.max(1));
+        let vp = match self.sched.as_mut() {
+            Some(s) => {
+                let share = TAP_VP.share_ppm();
+                let ceil = Ceilings {
+                    max_vp_share_ppm: share,
+                    max_total_share_ppm: share,
+                    max_vps: 1,
+                    extra: true,
+                    ..Ceilings::NONE
+                };
+                let req = ReserveRequest { vps: vec![VpOp::Add(TAP_VP)], ..ReserveRequest::default() };
+                let now_ns = s.ns(now_ms);
+                let g = s.rcane.open_session(anode_sched::PrincipalId(cfg.owner), ceil, None, &req, now_ns)?;
+                g.added.first().map(|v| (g.session, *v))
+            }
+            None => None,
+        };
         self.tap = Some(Box::new(Tap {
+            vp,
             monitor,
             pending: VecDeque::with_capacity(cfg.queue.min(4096)),
             free: Vec::new(),
@@ -148,6 +194,7 @@ impl Node {
             counters: TapCounters::default(),
             cfg,
         }));
+        Ok(())
     }
 
     /// Whether the tap is on.
@@ -170,20 +217,49 @@ impl Node {
         self.tap.as_ref().map(|t| t.next_tick_ms)
     }
 
-    /// Posts the periodic run if it is due (from `handle_timeout`); it runs
-    /// in [`run_tap`](Self::run_tap).
+    /// Posts the periodic run if it is due (from `handle_timeout`): it runs
+    /// in the tap's VP when RCANE is on, else in [`run_tap`](Self::run_tap).
     pub(super) fn tap_timeout(&mut self, now_ms: u64) {
         let Some(t) = self.tap.as_mut() else { return };
-        if now_ms >= t.next_tick_ms {
-            t.tick = Some(t.ts_ns(now_ms));
-            t.next_tick_ms = now_ms.saturating_add(t.cfg.tick_ms.max(1));
+        if now_ms < t.next_tick_ms {
+            return;
+        }
+        t.tick = Some(t.ts_ns(now_ms));
+        t.next_tick_ms = now_ms.saturating_add(t.cfg.tick_ms.max(1));
+        if let (Some((_, vp)), Some(s)) = (t.vp, self.sched.as_mut()) {
+            let now_ns = s.ns(now_ms);
+            if s.rcane.set_busy(vp, true, now_ns).is_err() {
+                // The session was closed: the tick runs in run_tap from now on.
+                t.vp = None;
+            }
         }
     }
 
-    /// Whether [`run_tap`](Self::run_tap) has work: datagrams pending or a
-    /// periodic run posted.
+    /// Whether [`run_tap`](Self::run_tap) has work: datagrams pending, or a
+    /// periodic run posted that no VP of its own runs.
     pub fn tap_has_work(&self) -> bool {
-        self.tap.as_ref().is_some_and(|t| !t.pending.is_empty() || t.tick.is_some())
+        self.tap.as_ref().is_some_and(|t| !t.pending.is_empty() || (t.tick.is_some() && t.vp.is_none()))
+    }
+
+    /// Runs the periodic part if `d` dispatches the tap's VP (from
+    /// `run_dispatch`); false if `d` is another VP's.
+    pub(super) fn tap_dispatch(&mut self, d: &anode_sched::Dispatch) -> bool {
+        let Some(t) = self.tap.as_mut().filter(|t| t.vp.is_some_and(|(_, v)| v == d.vp)) else { return false };
+        if let Some(now_ns) = t.tick.take() {
+            t.counters.ticks += 1;
+            t.monitor.periodic(now_ns, &mut t.scratch);
+            t.keep();
+        }
+        if let Some(s) = self.sched.as_mut() {
+            let now_ns = s.rcane.sched().now();
+            let _ = s.rcane.set_busy(d.vp, false, now_ns);
+        }
+        true
+    }
+
+    /// The periodic part's RCANE session, when it has one.
+    pub fn tap_session(&self) -> Option<SessionId> {
+        self.tap.as_ref().and_then(|t| t.vp).map(|(s, _)| s)
     }
 
     /// Runs the monitor over the pending datagrams, then the posted
@@ -202,7 +278,9 @@ impl Node {
             t.free.push(p.data);
             t.keep();
         }
-        if let Some(now_ns) = t.tick.take() {
+        if t.vp.is_none()
+            && let Some(now_ns) = t.tick.take()
+        {
             t.counters.ticks += 1;
             t.monitor.periodic(now_ns, &mut t.scratch);
             t.keep();
@@ -262,6 +340,7 @@ impl Node {
             t.cfg.interfaces.iter().enumerate().filter(|(_, on)| **on).map(|(i, _)| i).collect();
         json!({
             "enabled": true,
+            "periodic_session": t.vp.map(|(s, _)| s.to_string()),
             "interfaces": ifaces,
             "tick_ms": t.cfg.tick_ms,
             "pending": t.pending.len(),
@@ -335,8 +414,9 @@ mod tests {
             queue: 2,
             outputs: TAP_OUTPUTS,
             unix_ms_at_zero: 1_700_000_000_000,
+            owner: [3; 32],
         };
-        on.enable_tap(monitor(), cfg, 0);
+        on.enable_tap(monitor(), cfg, 0).expect("no RCANE: nothing to admit");
         assert_eq!(off.poll_at(), None, "off: nothing scheduled");
         assert_eq!(on.poll_at(), Some(100));
         let from = Some(SocketAddr::from(([127, 0, 0, 1], 7000)));
@@ -365,5 +445,34 @@ mod tests {
         assert_eq!(samples, 2, "{outs:?}");
         assert_eq!(on.tap_json()["tap"]["ticks"], 1);
         assert_eq!(off.tap_json(), serde_json::json!({"enabled": false}));
+    }
+
+    #[test]
+    fn with_rcane_the_periodic_part_runs_in_a_vp_of_its_own() {
+        let mut n = node();
+        n.enable_rcane(anode_sched::RcaneConfig::default(), 0).expect("rcane");
+        let cfg = TapConfig {
+            interfaces: vec![true, true],
+            local: Vec::new(),
+            tick_ms: 100,
+            queue: 16,
+            outputs: TAP_OUTPUTS,
+            unix_ms_at_zero: 0,
+            owner: [3; 32],
+        };
+        n.enable_tap(monitor(), cfg, 0).expect("admitted");
+        let sid = n.tap_session().expect("a session of its own");
+        assert_eq!(n.pick(50_000_000), None, "nothing to run before the tick");
+        let mut out = Outbox::default();
+        n.handle_timeout(100, &mut out);
+        assert!(!n.tap_has_work(), "the tick is the VP's, not run_tap's");
+        let d = n.pick(100_000_000).expect("the tap's VP is runnable");
+        assert_eq!(n.run_dispatch(&d, 100, &mut || true, &mut out), 0);
+        n.charge(&d, 1_000, 100_000_000);
+        assert_eq!(n.tap_counters().expect("on").ticks, 1);
+        assert_eq!(n.pick(100_000_000), None, "idle again");
+        let s = n.sessions_json(100_000_000).expect("rcane on");
+        let mine = s["sessions"].as_array().expect("sessions").iter().find(|x| x["session"] == sid.to_string()).cloned();
+        assert!(mine.is_some(), "{s}");
     }
 }
