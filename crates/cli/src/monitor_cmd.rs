@@ -584,7 +584,13 @@ pub(crate) fn render_tap(v: &serde_json::Value) -> String {
     let _ = writeln!(
         s,
         "\nmonitor tap: on, interfaces {}  queued {}  monitored {}  queue full {}  other interfaces {}  ticks {}  outputs dropped {}",
-        m["interfaces"], t["queued"], t["monitored"], t["queue_full"], t["other_interface"], t["ticks"], t["outputs_dropped"]
+        m["interfaces"],
+        t["queued"],
+        t["monitored"],
+        t["queue_full"],
+        t["other_interface"],
+        t["ticks"],
+        t["outputs_dropped"]
     );
     for x in m["modules"].as_array().into_iter().flatten() {
         let c = &x["counters"];

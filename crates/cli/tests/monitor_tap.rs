@@ -78,7 +78,11 @@ fn sampled(node_dir: &Path, name: &str) -> BTreeSet<(u64, u64)> {
 
 /// The flow labels module `name` reported (schema 1).
 fn flows(node_dir: &Path, name: &str) -> BTreeSet<u64> {
-    records(node_dir).iter().filter(|r| r["module"] == name && r["schema"] == 1).map(|r| r["flow"].as_u64().unwrap()).collect()
+    records(node_dir)
+        .iter()
+        .filter(|r| r["module"] == name && r["schema"] == 1)
+        .map(|r| r["flow"].as_u64().unwrap())
+        .collect()
 }
 
 /// Waits until the node's tap has handed `n` datagrams to the monitor and
@@ -119,8 +123,12 @@ fn two_taps_on_one_path_sample_exactly_the_same_packets() {
     // What no hop rewrites: the IP/UDP envelope's protocol and length and
     // the first 16 payload bytes (the ANEP header and the plain header's
     // addresses; the TTL is byte 16). The endpoints change every hop.
-    let invariant =
-        mcred(&s, &alice, "traj.cred", &["--read", "ts,ip.proto,ip.len", "--payload", "16", "--export", "records,packets"]);
+    let invariant = mcred(
+        &s,
+        &alice,
+        "traj.cred",
+        &["--read", "ts,ip.proto,ip.len", "--payload", "16", "--export", "records,packets"],
+    );
     let endpoints = mcred(
         &s,
         &alice,
@@ -193,11 +201,8 @@ fn the_tap_is_off_by_default_and_a_looping_module_on_it_does_not_stop_forwarding
     up_line3(&s, &["--monitor", &monitor_arg("b", &sec)]);
     let (a, b, c) = (s.tb().join("a"), s.tb().join("b"), s.tb().join("c"));
 
-    let o = Command::new(ANODE)
-        .args(["ping", "10.0.0.3", "-c", "10", "-i", "0.05", "--run-dir"])
-        .arg(&a)
-        .output()
-        .unwrap();
+    let o =
+        Command::new(ANODE).args(["ping", "10.0.0.3", "-c", "10", "-i", "0.05", "--run-dir"]).arg(&a).output().unwrap();
     assert!(o.status.success() && text(&o).contains(" 0% packet loss"), "{}", text(&o));
 
     // Off by default: a and c have no [monitor], so no tap and no files.

@@ -7,7 +7,7 @@
 use crate::DaemonError;
 use crate::daemon::Daemon;
 use anode_monitor::apps::abi::Record;
-use anode_monitor::{CryptoPan, ModuleCounters, IpfixEncoder, LinkType, Monitor, MonitorConfig, Output, PcapSink};
+use anode_monitor::{CryptoPan, IpfixEncoder, LinkType, ModuleCounters, Monitor, MonitorConfig, Output, PcapSink};
 use anode_node::config::{MonitorSection, NodeConfig};
 use anode_node::core::{Node, Owner, TAP_OUTPUTS, TapConfig};
 use std::collections::BTreeMap;
@@ -112,7 +112,8 @@ fn build_monitor(m: &MonitorSection, pk: &anode_sec::PublicKey) -> Result<Monito
     let cfg = MonitorConfig { batch: m.batch, unload_after: m.unload_after, ..MonitorConfig::default() };
     let mut mon = Monitor::new(root, cfg, key).map_err(TapError::Setup)?;
     for l in &m.loads {
-        let read = |f: &Path| std::fs::read(f).map_err(|source| DaemonError::ReadFile { file: f.to_path_buf(), source });
+        let read =
+            |f: &Path| std::fs::read(f).map_err(|source| DaemonError::ReadFile { file: f.to_path_buf(), source });
         let (code, cred) = (read(&l.file)?, read(&l.credential)?);
         let stem = l.file.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
         let name = l.name.clone().unwrap_or(stem);
@@ -303,7 +304,12 @@ impl Daemon {
             let _ = writeln!(s, "# HELP anode_monitor_{name}_total {help}\n# TYPE anode_monitor_{name}_total counter");
             for i in &mods {
                 let label = i.name.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
-                let _ = writeln!(s, "anode_monitor_{name}_total{{module=\"{label}\",id=\"{}\"}} {}", i.id, get(&i.counters));
+                let _ = writeln!(
+                    s,
+                    "anode_monitor_{name}_total{{module=\"{label}\",id=\"{}\"}} {}",
+                    i.id,
+                    get(&i.counters)
+                );
             }
         }
         s

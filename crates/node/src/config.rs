@@ -930,14 +930,20 @@ mod tests {
         let m = with("").expect("valid").monitor.expect("present");
         assert!(!m.enabled, "present but not enabled: off");
         assert_eq!(m, MonitorSection::new(key));
-        let on = with("enabled = true\ninterfaces = [\"east\"]\nload = [{ file = \"m.wasm\", credential = \"m.cred\" }]")
-            .expect("valid")
-            .monitor
-            .expect("present");
+        let on =
+            with("enabled = true\ninterfaces = [\"east\"]\nload = [{ file = \"m.wasm\", credential = \"m.cred\" }]")
+                .expect("valid")
+                .monitor
+                .expect("present");
         assert!(on.enabled && on.loads.len() == 1);
         let e = |extra: &str| with(extra).expect_err("invalid");
-        for (extra, key) in [("batch = 0", "batch"), ("batch = 5000", "batch"), ("unload_after = 0", "unload_after"),
-                             ("tick_ms = 1", "tick_ms"), ("queue = 0", "queue")] {
+        for (extra, key) in [
+            ("batch = 0", "batch"),
+            ("batch = 5000", "batch"),
+            ("unload_after = 0", "unload_after"),
+            ("tick_ms = 1", "tick_ms"),
+            ("queue = 0", "queue"),
+        ] {
             assert!(matches!(e(extra), ConfigError::BadMonitorSetting { key: k, .. } if k == key), "{extra}");
         }
         assert_eq!(e("interfaces = [\"nope\"]"), ConfigError::MonitorUnknownInterface("nope".into()));
@@ -948,8 +954,10 @@ mod tests {
         let mut c = NodeConfig::from_toml(NODE).expect("valid");
         c.monitor = Some(on);
         assert_eq!(NodeConfig::from_toml(&c.to_toml().expect("toml")).expect("reads back"), c);
-        assert_eq!(MonitorSection::from_toml(&format!("admin_key = \"{key}\"\nbatch = 0")).unwrap_err(),
-                   ConfigError::BadMonitorSetting { key: "batch", reason: "must be in 1..=1024" });
+        assert_eq!(
+            MonitorSection::from_toml(&format!("admin_key = \"{key}\"\nbatch = 0")).expect_err("batch 0"),
+            ConfigError::BadMonitorSetting { key: "batch", reason: "must be in 1..=1024" }
+        );
     }
 
     #[test]

@@ -336,8 +336,7 @@ impl Node {
                 })
             })
             .collect();
-        let ifaces: Vec<usize> =
-            t.cfg.interfaces.iter().enumerate().filter(|(_, on)| **on).map(|(i, _)| i).collect();
+        let ifaces: Vec<usize> = t.cfg.interfaces.iter().enumerate().filter(|(_, on)| **on).map(|(i, _)| i).collect();
         json!({
             "enabled": true,
             "periodic_session": t.vp.map(|(s, _)| s.to_string()),
@@ -375,12 +374,7 @@ mod tests {
         let mut p = vec![0u8; anode_wire::anep::HEADER_LEN + anode_wire::plain::HEADER_LEN + body.len()];
         let n = p.len() - anode_wire::anep::HEADER_LEN;
         anode_wire::anep::write_header(&mut p, 0, anode_wire::anep::TYPE_PLAIN, n);
-        let r = anode_wire::plain::Repr {
-            dst: [10, 0, 0, 3].into(),
-            src: [10, 0, 0, 1].into(),
-            ttl: 8,
-            port: 9,
-        };
+        let r = anode_wire::plain::Repr { dst: [10, 0, 0, 3].into(), src: [10, 0, 0, 1].into(), ttl: 8, port: 9 };
         let _ = r.emit(&mut p[anode_wire::anep::HEADER_LEN..]);
         p[anode_wire::anep::HEADER_LEN + anode_wire::plain::HEADER_LEN..].copy_from_slice(body);
         p
@@ -472,7 +466,8 @@ mod tests {
         assert_eq!(n.tap_counters().expect("on").ticks, 1);
         assert_eq!(n.pick(100_000_000), None, "idle again");
         let s = n.sessions_json(100_000_000).expect("rcane on");
-        let mine = s["sessions"].as_array().expect("sessions").iter().find(|x| x["session"] == sid.to_string()).cloned();
+        let mine =
+            s["sessions"].as_array().expect("sessions").iter().find(|x| x["session"] == sid.to_string()).cloned();
         assert!(mine.is_some(), "{s}");
     }
 }
