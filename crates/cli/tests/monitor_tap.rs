@@ -255,3 +255,57 @@ fn monitor_run_source_node_says_how_to_turn_the_tap_on() {
     assert!(!o.status.success());
     assert!(text(&o).contains("[monitor] section"), "{}", text(&o));
 }
+
+#[test]
+fn a_node_whose_tap_cannot_start_says_why_and_does_not_start() {
+    let s = Scratch::new("monitor-tap", "refused");
+    let (admin, alice) = keys(&s);
+    let count = modules_dir().join("mon-count.wasm");
+    // A credential from another administrator: refused at load.
+    let (other, _) = user_keys(&s.0.join("other"), "other");
+    let out = s.0.join("foreign.cred");
+    let o = Command::new(ANODE)
+        .args(["monitor", "credential", "issue", "--admin-key"])
+        .arg(&other)
+        .arg("--principal")
+        .arg(&alice)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let up = |sec: &Path| {
+        let topo = s.0.join("line3.toml");
+        std::fs::write(&topo, common::LINE3).unwrap();
+        Command::new(ANODE)
+            .args(["testbed", "up"])
+            .arg(&topo)
+            .arg("--monitor")
+            .arg(monitor_arg("b", sec))
+            .arg("--dir")
+            .arg(s.tb())
+            .output()
+            .unwrap()
+    };
+    let sec = section(&s, "foreign.toml", &admin, "", &[(&count, &out, "count")]);
+    let o = up(&sec);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("[monitor] module") && text(&o).contains("credential refused"), "{}", text(&o));
+    // A Crypto-PAn key readable by others: refused before anything runs.
+    let key = s.0.join("pan.key");
+    let o = Command::new(ANODE).args(["monitor", "keygen", "--out"]).arg(&key).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let mut p = std::fs::metadata(&key).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut p, 0o644);
+    std::fs::set_permissions(&key, p).unwrap();
+    let cred = mcred(&s, &alice, "count.cred", &["--read", "ts,len"]);
+    let sec =
+        section(&s, "open.toml", &admin, &format!("anon_key = \"{}\"", key.display()), &[(&count, &cred, "count")]);
+    let o = up(&sec);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("must not be readable by group or others"), "{}", text(&o));
+    // A setting out of range is refused by `testbed up` itself.
+    let sec = section(&s, "batch.toml", &admin, "batch = 0", &[]);
+    let o = up(&sec);
+    assert!(!o.status.success() && text(&o).contains("[monitor] batch must be in 1..=1024"), "{}", text(&o));
+}
