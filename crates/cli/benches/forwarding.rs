@@ -39,6 +39,10 @@
 //!   loaded modules' principals hold sessions (`[[modules.session]]`) of
 //!   these percentages of the CPU in 4 ms periods, without slack (Fig. 11's
 //!   B, C, D); the others run best-effort.
+//! - `ANODE_BENCH_TAP=1` instead runs, as the second middle node, this build
+//!   with the FLAME tap on (`[monitor]`, one trivial module,
+//!   `modules/out/mon-count.wasm`): forwarding with the tap on against off,
+//!   in one run (issue 16). Reported as "tap on/off" in the baseline table.
 //!
 //! Results: docs/benchmarks.md, "Node daemon (issue 4)".
 //!
@@ -112,6 +116,7 @@ struct Settings {
     /// Percent of the CPU reserved (4 ms periods) by the first loaded
     /// modules' principals, one session each.
     sessions: Vec<u64>,
+    tap: bool,
 }
 
 fn env_num(name: &str) -> Option<f64> {
@@ -140,6 +145,7 @@ impl Settings {
                 .ok()
                 .map(|v| v.split(',').filter_map(|p| p.trim().parse().ok()).collect())
                 .unwrap_or_default(),
+            tap: env_num("ANODE_BENCH_TAP").is_some_and(|t| t != 0.0),
         }
     }
     fn wants(&self, part: &str) -> bool {
@@ -698,6 +704,30 @@ fn loaded_modules(dir: &Path, n: usize, sessions: &[u64]) -> String {
     s
 }
 
+/// A `[monitor]` section turning the tap on with one trivial module
+/// (modules/mon-count: counts packets and bytes), its credential from a
+/// throwaway admin key (the timestamp and frame length; records only).
+fn tap_section(dir: &Path) -> String {
+    use anode_monitor::apps::abi::Field;
+    let wasm = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../modules/out/mon-count.wasm");
+    assert!(wasm.exists(), "modules/out/mon-count.wasm (run scripts/setup)");
+    let issuer = anode_cred::Issuer::from_secret(&[7; 32]).expect("issuer");
+    let admin = anode_sec::Identity::from_seed(&[7; 32]).public().to_string();
+    let spec = anode_monitor::MonitorSpec {
+        read: vec![Field::Ts, Field::WireLen],
+        export: anode_monitor::ExportRights { records: true, packets: false },
+        ..anode_monitor::MonitorSpec::default()
+    };
+    let cred = anode_monitor::policy::issue(&issuer, anode_cred::PrincipalId([9; 32]), &spec).expect("credential");
+    let file = dir.join("count.cred");
+    std::fs::write(&file, cred.to_bytes()).expect("credential file");
+    format!(
+        "[monitor]\nenabled = true\nadmin_key = \"{admin}\"\nload = [{{ file = \"{}\", credential = \"{}\" }}]\n",
+        wasm.display(),
+        file.display()
+    )
+}
+
 /// The throughput rig: daemon b between the harness's a and c sockets, and
 /// the raw relay.
 struct Rig {
@@ -731,6 +761,7 @@ impl Rig {
         }
         let second = match (&s.baseline, s.loaded) {
             (Some(bin), _) => Some((bin.clone(), String::new())),
+            (None, _) if s.tap => Some((PathBuf::from(ANODE), tap_section(dir))),
             (None, 0) => None,
             (None, n) => Some((PathBuf::from(ANODE), loaded_modules(dir, n, &s.sessions))),
         };
@@ -1002,7 +1033,29 @@ fn throughput(dir: &Path, s: &Settings, report: &mut String) -> Option<Rig> {
             );
         }
     }
-    if rig.base.is_some() && s.baseline.is_none() {
+    if rig.base.is_some() && s.baseline.is_none() && s.tap {
+        let _ = writeln!(
+            report,
+            "\nThis build with the tap off (b) against the same build with the FLAME tap on, one trivial module \
+             (b0, `ANODE_BENCH_TAP`), same run, interleaved trials; the columns read tap on/off:\n"
+        );
+        let _ = writeln!(report, "| size | path | on/off pkt/s, ratio of medians | on/off fwd CPU µs/pkt |");
+        let _ = writeln!(report, "|---:|---|---:|---:|");
+        for size in SIZES {
+            for (now, base) in [(Kind::Snap, Kind::BaseSnap), (Kind::Plain, Kind::BasePlain)] {
+                let med = |k: Kind, f: &dyn Fn(&Trial) -> f64| {
+                    median(&trials.iter().filter(|t| t.size == size && t.kind == k).map(f).collect::<Vec<_>>())
+                };
+                let _ = writeln!(
+                    report,
+                    "| {size} | {} | {:.3} | {:.3} |",
+                    now.name(),
+                    med(base, &|t| t.rate) / med(now, &|t| t.rate),
+                    med(base, &|t| t.us_per_pkt) / med(now, &|t| t.us_per_pkt),
+                );
+            }
+        }
+    } else if rig.base.is_some() && s.baseline.is_none() {
         let _ = writeln!(
             report,
             "\nThis build idle (b) against the same build running {} CPU-bound modules (b0, `ANODE_BENCH_LOADED`; \
@@ -1048,6 +1101,15 @@ fn throughput(dir: &Path, s: &Settings, report: &mut String) -> Option<Rig> {
                 );
             }
         }
+    }
+    if let (true, Some((d, _))) = (s.tap, rig.base.as_ref()) {
+        let m = d.status()["monitor"].clone();
+        let _ = writeln!(
+            report,
+            "\nThe tap of b0 at the end: {} (module: {})",
+            m["tap"],
+            m["modules"].get(0).map_or(Value::Null, |x| x["counters"].clone())
+        );
     }
     let _ = writeln!(report, "\nWhere packets went (sums over all trials of a case, warm-up and drain included):\n");
     let _ = writeln!(

@@ -41,7 +41,8 @@ pub enum MonitorCmd {
 /// `anode monitor run`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// A pcap or pcapng file (`-` for stdin), or a network interface for live capture.
+    /// A pcap or pcapng file (`-` for stdin), or a network interface for live capture. (`node`: a
+    /// running node's own traffic is monitored by the node itself: see its `[monitor]` section.)
     #[arg(long)]
     source: String,
     /// A monitoring module (wasm); repeat for several. Each needs its --credential, in the same order.
@@ -570,7 +571,54 @@ impl Progress {
     }
 }
 
+/// The `monitor` section of `anode status` as text.
+pub(crate) fn render_tap(v: &serde_json::Value) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let Some(m) = v.get("monitor") else { return s };
+    if m["enabled"].as_bool() != Some(true) {
+        s.push_str("\nmonitor tap: off\n");
+        return s;
+    }
+    let t = &m["tap"];
+    let _ = writeln!(
+        s,
+        "\nmonitor tap: on, interfaces {}  queued {}  monitored {}  queue full {}  other interfaces {}  ticks {}  outputs dropped {}",
+        m["interfaces"],
+        t["queued"],
+        t["monitored"],
+        t["queue_full"],
+        t["other_interface"],
+        t["ticks"],
+        t["outputs_dropped"]
+    );
+    for x in m["modules"].as_array().into_iter().flatten() {
+        let c = &x["counters"];
+        let _ = writeln!(
+            s,
+            "  {} {:<16} packets {}  records {}  samples {}  overruns {}  traps {}{}",
+            x["id"].as_str().unwrap_or("?"),
+            x["name"].as_str().unwrap_or("?"),
+            c["packets"],
+            c["records"],
+            c["samples"],
+            c["overruns"],
+            c["traps"],
+            x["unloaded"].as_str().map_or(String::new(), |r| format!("  UNLOADED: {r}"))
+        );
+    }
+    s
+}
+
 fn run_monitor(a: RunArgs) -> Result<ExitCode> {
+    if a.source == "node" {
+        bail!(
+            "--source node: a running node monitors its own traffic itself; turn its tap on in its configuration \
+             with a [monitor] section (enabled = true, admin_key, load = [{{ file, credential }}], ...; docs/node.md), \
+             or `anode testbed up --monitor NODE=FILE`. Records go to <run_dir>/monitor.jsonl, monitor.ipfix and \
+             monitor.pcap, counters to `anode status`."
+        );
+    }
     if a.modules.len() != a.credentials.len() {
         bail!(
             "{} --module but {} --credential: give one credential per module, in order",

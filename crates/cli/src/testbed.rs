@@ -147,6 +147,11 @@ pub struct UpArgs {
     /// seconds (`[modules] session_grace_secs`, default 60).
     #[arg(long, value_name = "SECS")]
     pub session_grace: Option<u64>,
+    /// `NODE=FILE`: turn on the FLAME tap of node NODE with the `[monitor]`
+    /// section in FILE (its keys without the header, docs/node.md; relative
+    /// paths in it are relative to FILE). May be repeated, one per node.
+    #[arg(long, value_name = "NODE=FILE")]
+    pub monitor: Vec<String>,
 }
 
 /// Settings the testbed writes into every node's config.
@@ -734,8 +739,9 @@ fn up(a: UpArgs) -> Result<ExitCode> {
         )
     };
     let tuning = Tuning { sa_lifetime: a.sa_lifetime, session_grace: a.session_grace };
-    let plan = plan(&topo, &dir, &endpoints, sec.as_ref(), admin.as_ref(), tuning)
+    let mut plan = plan(&topo, &dir, &endpoints, sec.as_ref(), admin.as_ref(), tuning)
         .with_context(|| format!("planning {}", a.topology.display()))?;
+    apply_monitors(&mut plan, &a.monitor)?;
     let namespaces: Vec<String> = plan.nodes.iter().filter_map(|n| n.namespace.clone()).collect();
     if a.netns && !a.configs_only {
         check_netns(&namespaces)?;
@@ -768,6 +774,43 @@ fn up(a: UpArgs) -> Result<ExitCode> {
     }
     emit(&up_summary(&a.topology, &dir, &topo, &plan, &started));
     Ok(ExitCode::SUCCESS)
+}
+
+/// Puts each `--monitor NODE=FILE` section into NODE's configuration.
+fn apply_monitors(plan: &mut Plan, specs: &[String]) -> Result<()> {
+    for spec in specs {
+        let (name, file) = spec.split_once('=').ok_or_else(|| anyhow!("--monitor {spec:?}: expected NODE=FILE"))?;
+        let file = Path::new(file);
+        let text = fs::read_to_string(file).with_context(|| format!("--monitor {spec}: reading {}", file.display()))?;
+        let mut m = anode_node::config::MonitorSection::from_toml(&text)
+            .with_context(|| format!("--monitor {spec}: {}", file.display()))?;
+        let base = file.parent().filter(|b| !b.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let base = fs::canonicalize(base).unwrap_or(base.to_path_buf());
+        let abs = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        for l in &mut m.loads {
+            abs(&mut l.file);
+            abs(&mut l.credential);
+        }
+        for p in [&mut m.anon_key, &mut m.json, &mut m.ipfix, &mut m.pcap].into_iter().flatten() {
+            abs(p);
+        }
+        let node = plan
+            .nodes
+            .iter_mut()
+            .find(|n| n.name == name)
+            .ok_or_else(|| anyhow!("--monitor {spec}: the topology has no node {name:?}"))?;
+        let (header, body) = node.config.split_once('\n').unwrap_or(("", &node.config));
+        let mut cfg = NodeConfig::from_toml(body).map_err(|e| anyhow!("internal: config of {name:?}: {e}"))?;
+        cfg.monitor = Some(m);
+        cfg.validate().with_context(|| format!("--monitor {spec}"))?;
+        let text = cfg.to_toml().map_err(|e| anyhow!("--monitor {spec}: {e}"))?;
+        node.config = format!("{header}\n{text}");
+    }
+    Ok(())
 }
 
 /// The testbed directory, created private if missing, and checked: ours,

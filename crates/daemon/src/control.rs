@@ -479,6 +479,7 @@ impl Daemon {
         if let Some(v) = self.node.sessions_json(now_ns) {
             s.push_str(&sessions_prometheus(&v));
         }
+        s.push_str(&self.tap_prometheus());
         s
     }
 
@@ -506,6 +507,7 @@ impl Daemon {
             if let Some(s) = self.node.sessions_json(now_ns) {
                 o.insert("rcane".into(), s);
             }
+            o.insert("monitor".into(), self.tap_json());
             o.insert("address".into(), json!(self.node.address().to_string()));
             o.insert("uptime_s".into(), json!(self.started.elapsed().as_secs_f64()));
             o.insert("mtu".into(), json!(self.cfg.mtu));

@@ -151,6 +151,8 @@ pub struct Daemon {
     pub(crate) last_report: Instant,
     pub(crate) stopping: bool,
     pub(crate) _files: SocketFiles,
+    /// The FLAME tap's export files, when `[monitor]` turns the tap on.
+    pub(crate) tap: Option<crate::tap::TapFiles>,
 }
 
 impl core::fmt::Debug for Daemon {
@@ -356,6 +358,7 @@ impl Daemon {
             last_report: started,
             stopping: false,
             _files: files,
+            tap: None,
         };
         if d.node.rcane_on() {
             let file = d.run_dir.join("ledger.db");
@@ -364,6 +367,7 @@ impl Daemon {
             d.ledger = Some((w, Instant::now()));
         }
         d.load_start_modules()?;
+        d.start_tap(unix_ms_at_zero)?;
         d.log_start();
         Ok(d)
     }
@@ -605,10 +609,12 @@ impl Daemon {
                 }
             }
             self.timeouts(Instant::now());
+            self.run_tap();
             more = self.run_sessions();
             self.write_periods(false);
             self.record_charges(false);
         }
+        self.finish_tap();
         self.write_periods(true);
         self.record_charges(true);
         self.log_drops(Instant::now() + DROP_LOG_INTERVAL);

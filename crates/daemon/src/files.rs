@@ -55,6 +55,20 @@ pub fn load_config(path: &Path) -> Result<LoadedConfig, DaemonError> {
             }
         }
     }
+    if let Some(m) = config.monitor.as_mut() {
+        for l in &mut m.loads {
+            for p in [&mut l.file, &mut l.credential] {
+                if p.is_relative() {
+                    *p = base.join(&*p);
+                }
+            }
+        }
+        for p in [&mut m.anon_key, &mut m.json, &mut m.ipfix, &mut m.pcap].into_iter().flatten() {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
+    }
     if let Some(sec) = config.security.as_mut()
         && let Some(k) = &sec.key
         && k.is_relative()

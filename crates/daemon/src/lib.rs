@@ -43,6 +43,7 @@ mod droplog;
 pub mod files;
 mod ledger;
 pub mod ratelog;
+mod tap;
 mod udp;
 
 pub use app::LocalLimits;
@@ -118,6 +119,9 @@ pub enum DaemonError {
         /// Why.
         reason: String,
     },
+    /// The `[monitor]` tap could not start.
+    #[error(transparent)]
+    Tap(#[from] tap::TapError),
     /// The node's secret key file is unusable.
     #[error("security: {0}")]
     Key(#[from] anode_sec::KeyError),

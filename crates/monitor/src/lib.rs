@@ -1,9 +1,9 @@
 //! FLAME in anode: untrusted traffic monitoring under policy (FLAME §2–3).
 //!
 //! Layer: a sans-I/O library between capture sources and exporters. The
-//! CLI (`anode monitor`) and, later, the node's tap own files, sockets,
-//! clocks and threads; everything here takes frames and time as arguments
-//! and returns outputs.
+//! CLI (`anode monitor`) and the node's tap (`anode-node`'s `core::tap`,
+//! the daemon's `tap`) own files, sockets, clocks and threads; everything
+//! here takes frames and time as arguments and returns outputs.
 //!
 //! ```text
 //! capture (pcap, pcapng, live, node tap) ─► parse (etherparse) ─► per module:

@@ -149,6 +149,17 @@ pub enum ConfigError {
     /// A `[security]` setting that must be positive is zero.
     #[error("[security] {0} must be positive")]
     ZeroSecuritySetting(&'static str),
+    /// A `[monitor]` setting out of range.
+    #[error("[monitor] {key} {reason}")]
+    BadMonitorSetting {
+        /// The key.
+        key: &'static str,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// `[monitor] interfaces` names an interface the node does not have.
+    #[error("[monitor] interfaces: no [[interface]] is named {0:?}")]
+    MonitorUnknownInterface(String),
 }
 
 /// Which key of the configuration a [`ConfigError::BadKey`] is about.
@@ -162,6 +173,8 @@ pub enum KeyField {
     User(usize),
     /// `[[modules.session]]` number i's `principal`.
     SessionPrincipal(usize),
+    /// `[monitor] admin_key`.
+    MonitorAdminKey,
 }
 
 impl core::fmt::Display for KeyField {
@@ -171,6 +184,7 @@ impl core::fmt::Display for KeyField {
             KeyField::Neighbor(a) => write!(f, "neighbour {a} key"),
             KeyField::User(i) => write!(f, "[security] users[{i}]"),
             KeyField::SessionPrincipal(i) => write!(f, "[[modules.session]] #{i} principal"),
+            KeyField::MonitorAdminKey => f.write_str("[monitor] admin_key"),
         }
     }
 }
@@ -535,6 +549,120 @@ pub struct ModuleLoad {
     pub name: Option<String>,
 }
 
+/// The `[monitor]` section: the FLAME tap on this node's data path
+/// (`docs/monitor.md`). Absent, or `enabled = false`: no tap, no cost.
+/// Writing it is the administrator's grant; each module's credential (a
+/// monitoring credential rooted in `admin_key`) decides what it sees.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MonitorSection {
+    /// The tap is on only when this is true.
+    #[serde(default)]
+    pub enabled: bool,
+    /// The administrator's Ed25519 public key (hex, or a public key file's
+    /// text): the root every monitoring credential must chain to.
+    pub admin_key: String,
+    /// Crypto-PAn key file (`anode monitor keygen`, mode 0600), needed when
+    /// a credential anonymizes addresses (relative: to the config file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anon_key: Option<PathBuf>,
+    /// Monitoring modules loaded at start, each with its monitoring
+    /// credential.
+    #[serde(default, rename = "load", skip_serializing_if = "Vec::is_empty")]
+    pub loads: Vec<ModuleLoad>,
+    /// Packets per module call (1: one call per packet).
+    #[serde(default = "monitor_batch")]
+    pub batch: u32,
+    /// CPU budget overruns after which a module is unloaded.
+    #[serde(default = "monitor_unload_after")]
+    pub unload_after: u32,
+    /// Interval of the modules' periodic part, ms.
+    #[serde(default = "monitor_tick_ms")]
+    pub tick_ms: u64,
+    /// Names of the interfaces tapped (default: all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<String>,
+    /// Packets that may wait for the monitor; beyond it they are not
+    /// monitored (counted as `queue_full`) and still forwarded.
+    #[serde(default = "monitor_queue")]
+    pub queue: usize,
+    /// JSON lines of the records (default: `<run_dir>/monitor.jsonl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json: Option<PathBuf>,
+    /// IPFIX file of the records (default: `<run_dir>/monitor.ipfix`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipfix: Option<PathBuf>,
+    /// pcap of the sampled packets (default: `<run_dir>/monitor.pcap`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcap: Option<PathBuf>,
+}
+
+fn monitor_batch() -> u32 {
+    32
+}
+fn monitor_unload_after() -> u32 {
+    64
+}
+fn monitor_tick_ms() -> u64 {
+    1000
+}
+fn monitor_queue() -> usize {
+    4096
+}
+
+impl MonitorSection {
+    /// A section that is off, rooted in `admin_key`, every setting at its
+    /// default.
+    pub fn new(admin_key: &str) -> MonitorSection {
+        MonitorSection {
+            enabled: false,
+            admin_key: admin_key.to_string(),
+            anon_key: None,
+            loads: Vec::new(),
+            batch: monitor_batch(),
+            unload_after: monitor_unload_after(),
+            tick_ms: monitor_tick_ms(),
+            interfaces: Vec::new(),
+            queue: monitor_queue(),
+            json: None,
+            ipfix: None,
+            pcap: None,
+        }
+    }
+
+    /// Parses the keys of a `[monitor]` section (without its header), as
+    /// `anode testbed up --monitor NODE=FILE` reads them. Interface names
+    /// are checked when the section is part of a node's configuration.
+    pub fn from_toml(text: &str) -> Result<MonitorSection, ConfigError> {
+        let m: MonitorSection = toml::from_str(text).map_err(ConfigError::Syntax)?;
+        m.validate(&[])?;
+        Ok(m)
+    }
+
+    fn validate(&self, ifaces: &[InterfaceConfig]) -> Result<(), ConfigError> {
+        parse_key(KeyField::MonitorAdminKey, &self.admin_key)?;
+        let bad = |key, reason| Err(ConfigError::BadMonitorSetting { key, reason });
+        if !(1..=1024).contains(&self.batch) {
+            return bad("batch", "must be in 1..=1024");
+        }
+        if self.unload_after == 0 {
+            return bad("unload_after", "must be at least 1");
+        }
+        if !(10..=3_600_000).contains(&self.tick_ms) {
+            return bad("tick_ms", "must be in 10..=3600000");
+        }
+        if !(1..=1 << 20).contains(&self.queue) {
+            return bad("queue", "must be in 1..=1048576");
+        }
+        for n in &self.interfaces {
+            if !ifaces.is_empty() && !ifaces.iter().any(|i| &i.name == n) {
+                return Err(ConfigError::MonitorUnknownInterface(n.clone()));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The `[local]` section: the local application API and the control
 /// socket (see `docs/node.md`, "Local trust model").
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
@@ -611,6 +739,9 @@ pub struct NodeConfig {
     /// Switchlets and capsules (off when the section is absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub modules: Option<ModulesConfig>,
+    /// The FLAME tap (off when the section is absent or not enabled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monitor: Option<MonitorSection>,
     /// The local application API and control socket.
     #[serde(default, skip_serializing_if = "is_default_local")]
     pub local: LocalConfig,
@@ -630,6 +761,7 @@ impl NodeConfig {
             routes: RoutesConfig::default(),
             security: None,
             modules: None,
+            monitor: None,
             local: LocalConfig::default(),
         }
     }
@@ -722,6 +854,9 @@ impl NodeConfig {
                 s.parsed(i)?;
             }
             m.rcane()?;
+        }
+        if let Some(m) = &self.monitor {
+            m.validate(&self.interfaces)?;
         }
         if let Some(sec) = self.security.as_ref().filter(|s| s.enabled) {
             if sec.key.is_none() {
@@ -960,6 +1095,44 @@ mod tests {
         assert!(e(&rc("cpu_capacity_percent = 101")).contains("not in 1..=100"));
         assert!(e(&rc("system_vp = \"10ms\"")).contains("[modules] system_vp"));
         assert!(e(&rc("best_effort_vp = \"9ms/10ms\"\ncpu_capacity_percent = 50")).contains("[modules]"));
+    }
+
+    #[test]
+    fn the_monitor_section_is_off_by_default_and_checked() {
+        assert_eq!(NodeConfig::from_toml(NODE).expect("valid").monitor, None);
+        let key = "3981782f1d32f1d6fbd807c7b02acb1cc8f09743e1b49d15d0b7a984d65474c0";
+        let with = |extra: &str| NodeConfig::from_toml(&format!("{NODE}\n[monitor]\nadmin_key = \"{key}\"\n{extra}"));
+        let m = with("").expect("valid").monitor.expect("present");
+        assert!(!m.enabled, "present but not enabled: off");
+        assert_eq!(m, MonitorSection::new(key));
+        let on =
+            with("enabled = true\ninterfaces = [\"east\"]\nload = [{ file = \"m.wasm\", credential = \"m.cred\" }]")
+                .expect("valid")
+                .monitor
+                .expect("present");
+        assert!(on.enabled && on.loads.len() == 1);
+        let e = |extra: &str| with(extra).expect_err("invalid");
+        for (extra, key) in [
+            ("batch = 0", "batch"),
+            ("batch = 5000", "batch"),
+            ("unload_after = 0", "unload_after"),
+            ("tick_ms = 1", "tick_ms"),
+            ("queue = 0", "queue"),
+        ] {
+            assert!(matches!(e(extra), ConfigError::BadMonitorSetting { key: k, .. } if k == key), "{extra}");
+        }
+        assert_eq!(e("interfaces = [\"nope\"]"), ConfigError::MonitorUnknownInterface("nope".into()));
+        assert!(matches!(e("bogus = 1"), ConfigError::Syntax(_)));
+        let bad_key = NodeConfig::from_toml(&format!("{NODE}\n[monitor]\nadmin_key = \"zz\"\n")).expect_err("bad key");
+        assert!(matches!(bad_key, ConfigError::BadKey { what: KeyField::MonitorAdminKey, .. }), "{bad_key}");
+        assert!(bad_key.to_string().starts_with("[monitor] admin_key"), "{bad_key}");
+        let mut c = NodeConfig::from_toml(NODE).expect("valid");
+        c.monitor = Some(on);
+        assert_eq!(NodeConfig::from_toml(&c.to_toml().expect("toml")).expect("reads back"), c);
+        assert_eq!(
+            MonitorSection::from_toml(&format!("admin_key = \"{key}\"\nbatch = 0")).expect_err("batch 0"),
+            ConfigError::BadMonitorSetting { key: "batch", reason: "must be in 1..=1024" }
+        );
     }
 
     #[test]

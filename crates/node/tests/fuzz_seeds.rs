@@ -102,6 +102,9 @@ link = [
 "#;
 
 const MODULES_SESSIONS: &str = include_str!("../../../fuzz/seeds/node_config/modules_sessions");
+/// A `[monitor]` section (the FLAME tap) for the configuration seeds.
+const MONITOR: &str = "[monitor]\nenabled = true\nadmin_key = \"3981782f1d32f1d6fbd807c7b02acb1cc8f09743e1b49d15d0b7a984d65474c0\"\n\
+    batch = 8\ntick_ms = 100\ninterfaces = [\"east\"]\nload = [{ file = \"t.wasm\", credential = \"t.cred\", name = \"t\" }]\n";
 
 fn config_seeds() -> Vec<(&'static str, Vec<u8>)> {
     vec![
@@ -110,6 +113,7 @@ fn config_seeds() -> Vec<(&'static str, Vec<u8>)> {
         ("node_and_topology", format!("{NODE}\n%%\n{TOPOLOGY}").into_bytes()),
         ("minimal", b"address = \"10.0.0.1\"\n[[interface]]\nname = \"eth0\"\nlisten = \"0.0.0.0:7000\"\n".to_vec()),
         ("modules_sessions", MODULES_SESSIONS.as_bytes().to_vec()),
+        ("node_monitor", format!("{NODE}\n{MONITOR}").into_bytes()),
     ]
 }
 

@@ -63,6 +63,7 @@ impl Node {
         }
         let Some(f) = self.frame(buf, 0, len) else { return };
         if self.sec.is_none() {
+            self.tap_packet(iface, from, &buf[f.base..f.end], now_ms);
             let prev = from.and_then(|f| self.ep_addr.get(&f).copied());
             self.dispatch(prev, buf, f, out);
             self.drain_loopback(now_ms, out);
@@ -157,6 +158,7 @@ impl Node {
             out.system = true;
             self.control(principal, endpoint, iface, &buf[inner.payload..inner.end], now_ms, out);
         } else {
+            self.tap_packet(iface, from.or(endpoint), &buf[inner.base..inner.end], now_ms);
             let prev = endpoint.and_then(|e| self.ep_addr.get(&e).copied());
             self.dispatch(prev, buf, inner, out);
             self.drain_loopback(now_ms, out);

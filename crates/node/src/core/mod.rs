@@ -21,11 +21,13 @@ mod data;
 mod modules;
 mod seal;
 mod sessions;
+mod tap;
 
 pub use modules::LoadFailure;
 pub use sessions::{
     BE_POOL, DEFAULT_SESSION_GRACE_MS, DEFAULT_TX_BYTES_PER_SEC, RcaneSetupError, SchedCounters, StaticSessionError,
 };
+pub use tap::{TAP_OUTPUTS, TapConfig, TapCounters};
 
 use crate::config::{ConfigError, NodeConfig, Topology};
 use crate::counters::Counters;
@@ -277,6 +279,8 @@ pub struct Node {
     to_channels: Vec<(u16, Ipv4Addr, Vec<u8>)>,
     /// RCANE scheduling of module work, when on.
     pub(super) sched: Option<Box<sessions::Sched>>,
+    /// The FLAME tap, when `[monitor]` turns it on.
+    tap: Option<Box<tap::Tap>>,
 }
 
 impl Node {
@@ -349,6 +353,7 @@ impl Node {
             ep_addr,
             to_channels: Vec::new(),
             sched: None,
+            tap: None,
         })
     }
 
@@ -368,7 +373,8 @@ impl Node {
         let e = self.sched.as_ref().and_then(|s| s.rcane.next_expiry()).map(|ns| ns.div_ceil(1_000_000));
         // A session whose principal's SAs are gone is closed after the grace.
         let g = self.gone_check_at();
-        [s, m, e, g].into_iter().flatten().min()
+        let t = self.tap_poll_at();
+        [s, m, e, g, t].into_iter().flatten().min()
     }
 
     /// Runs what is due at `now_ms` (see [`poll_at`](Self::poll_at)): link
@@ -378,6 +384,7 @@ impl Node {
         self.post_due_jobs(now_ms, out);
         self.expire_sessions(out);
         self.close_gone_sessions(now_ms);
+        self.tap_timeout(now_ms);
         self.poll_security(now_ms, out);
     }
 

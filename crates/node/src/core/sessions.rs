@@ -378,6 +378,9 @@ impl Node {
         out: &mut Outbox,
     ) -> usize {
         self.set_now(now_ms);
+        if self.tap_dispatch(d) {
+            return 0;
+        }
         let Some(s) = self.sched.as_mut() else { return 0 };
         s.counters.dispatches += 1;
         let mark = out.transmits.len();
