@@ -623,3 +623,54 @@ fn sessions_from_the_config_open_at_start_and_a_refused_one_stops_the_start() {
     assert!(exited && !o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("[[modules.session]] #0") && text(&o).contains("Credential"), "{}", text(&o));
 }
+
+#[test]
+fn a_session_heap_reservation_caps_its_principals_modules() {
+    let (env, c, keys) = Env::up("heap", &["s", "n"]);
+    let mut keys = keys.into_iter();
+    let (skey, spub) = keys.next().unwrap();
+    let (nkey, npub) = keys.next().unwrap();
+    let fwd = modules_dir().join("forwarder.wasm");
+    // s reserves 2 MiB of heap in its session; n has no session.
+    let scred = env.cred(&spub, "s.session", &["--kind", "session", "--vp-share", "30%", "--total-share", "30%"]);
+    let o = env
+        .run(&skey, &["session", "open", "--credential", scred.to_str().unwrap(), "--vp", "1ms/4ms", "--heap", "2MiB"]);
+    assert!(o.status.success(), "{}", text(&o));
+    for (key, pubk, name) in [(&skey, &spub, "s"), (&nkey, &npub, "n")] {
+        let cred = env.cred(
+            pubk,
+            &format!("{name}.fwd"),
+            &[
+                "--kind",
+                "module",
+                "--module",
+                fwd.to_str().unwrap(),
+                "--interface",
+                "route,net,time",
+                "--memory",
+                "8MiB",
+            ],
+        );
+        let o = env.run(key, &["module", "load", fwd.to_str().unwrap(), "--credential", cred.to_str().unwrap()]);
+        assert!(o.status.success(), "{name}: {}", text(&o));
+    }
+    // The forwarder grows its memory by a page per burst until refused.
+    let used = |who: &Path| -> u64 {
+        let o = Command::new(ANODE).args(["module", "list", "--json", "--run-dir"]).arg(&c).output().unwrap();
+        let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let fp = anode_cred::PrincipalId(*anode_sec::Identity::load(who).unwrap().public().as_bytes()).to_string();
+        list.as_array().unwrap().iter().find(|m| m["principal"] == fp.as_str()).unwrap()["memory_used"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(
+        common::eventually(15.0, || used(&nkey) > 4 << 20),
+        "the principal without a session grows to its grant: {}",
+        used(&nkey)
+    );
+    assert!(used(&skey) <= 2 << 20, "the session's principal stays within its reservation: {}", used(&skey));
+    assert!(used(&skey) > 1 << 20, "and did grow to it: {}", used(&skey));
+    // Its session charges the reservation over time (by reserved size).
+    let mine = principal_sessions(&c);
+    assert!(mine[0]["charges"]["heap_byte_seconds"].as_u64().unwrap() > 0, "{}", mine[0]);
+}

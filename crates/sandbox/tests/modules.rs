@@ -288,6 +288,38 @@ fn infinite_loop_under_epoch_interruption() {
 }
 
 #[test]
+fn a_session_heap_reservation_caps_the_principal_in_place_of_its_grants() {
+    let mut sb = sandbox();
+    let code = module("membomb");
+    let c = admin(user());
+    let mut s = spec(&code, Some(c.to_bytes()));
+    s.limits.memory = Some(8 << 20);
+    let id = sb.load(now(0), &s).unwrap();
+    let mut out = Vec::new();
+    // A 2 MiB reservation: the bomb stops there, not at its grant's 8 MiB.
+    sb.set_session_heap(user(), Some(2 << 20));
+    assert_eq!(sb.session_heap_principals(), vec![user()]);
+    assert_eq!(sb.invoke(now(1), id, "run", b"", &mut out), Err(InvokeError::MemoryLimit));
+    let used = sb.memory_used(&user());
+    assert!(used <= 2 << 20, "{used}");
+    // The session gone: its grants cap it again.
+    sb.set_session_heap(user(), None);
+    assert!(sb.session_heap_principals().is_empty());
+    assert_eq!(sb.invoke(now(2), id, "run", b"", &mut out), Err(InvokeError::MemoryLimit));
+    let used = sb.memory_used(&user());
+    assert!(used > 2 << 20 && used <= 8 << 20, "{used}");
+    // A reservation set before the principal has any store applies when it loads.
+    let other = PrincipalId([9; 32]);
+    sb.set_session_heap(other, Some(2 << 20));
+    let other_cred = admin(other);
+    let mut s2 = spec(&code, Some(other_cred.to_bytes()));
+    s2.limits.memory = Some(8 << 20);
+    let id2 = sb.load(now(3), &s2).unwrap();
+    assert_eq!(sb.invoke(now(4), id2, "run", b"", &mut out), Err(InvokeError::MemoryLimit));
+    assert!(sb.memory_used(&other) <= 2 << 20, "{}", sb.memory_used(&other));
+}
+
+#[test]
 fn memory_bomb_is_stopped_at_the_principal_cap() {
     let mut sb = sandbox();
     let ctr = counter(&mut sb);

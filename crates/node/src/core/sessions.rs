@@ -595,7 +595,36 @@ impl Node {
         {
             s.counters.session_refused += 1;
         }
+        if matches!(reply, Reply::Granted { .. } | Reply::Closed { .. }) {
+            self.sync_session_heaps();
+        }
         reply.to_bytes().unwrap_or_default()
+    }
+
+    /// Gives the sandbox each principal's session heap reservation (of the
+    /// session its modules run in, when it reserved one), and clears those
+    /// of principals whose session is gone or reserves none.
+    pub(super) fn sync_session_heaps(&mut self) {
+        let Some(s) = self.sched.as_mut() else { return };
+        let now_ns = s.rcane.sched().now();
+        let pairs: Vec<(PrincipalId, SessionId)> = s.by_principal.iter().map(|(p, sid)| (*p, *sid)).collect();
+        let mut want: HashMap<PrincipalId, usize> = HashMap::new();
+        for (p, sid) in pairs {
+            if let Ok(i) = s.rcane.session_info(sid, now_ns)
+                && i.heap_bytes > 0
+            {
+                want.insert(p, usize::try_from(i.heap_bytes).unwrap_or(usize::MAX));
+            }
+        }
+        let Some(m) = self.modules.as_mut() else { return };
+        for p in m.sb.session_heap_principals() {
+            if !want.contains_key(&p) {
+                m.sb.set_session_heap(p, None);
+            }
+        }
+        for (p, b) in want {
+            m.sb.set_session_heap(p, Some(b));
+        }
     }
 
     fn authorize_session(
@@ -662,7 +691,10 @@ impl Node {
             ..Default::default()
         };
         match self.open_session(principal, credential, &req, false, now_ms) {
-            anode_sched::wire::Reply::Granted { session, .. } => Ok(session),
+            anode_sched::wire::Reply::Granted { session, .. } => {
+                self.sync_session_heaps();
+                Ok(session)
+            }
             other => Err(StaticSessionError { principal, answer: format!("{other:?}") }),
         }
     }
@@ -808,6 +840,7 @@ impl Node {
                 Err(_) => s.post_best_effort(moved),
             }
         }
+        self.sync_session_heaps();
     }
 
     /// Closes sessions whose credentials expired.
@@ -838,6 +871,7 @@ impl Node {
             let vps = due.iter().find(|d| d.0 == c.session).map(|d| d.1.clone()).unwrap_or_default();
             self.session_gone(c.session, &vps, now_ms);
         }
+        self.sync_session_heaps();
     }
 }
 

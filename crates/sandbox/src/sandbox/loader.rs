@@ -93,22 +93,21 @@ impl Sandbox {
 
     pub(super) fn tenant(&mut self, principal: PrincipalId, grant: &Grant) -> &mut Tenant {
         let entries = self.cfg.state_entries;
+        let session_heap = self.session_heaps.get(&principal).copied();
         let t = self.tenants.entry(principal).or_insert_with(|| Tenant {
             modules: None,
             capsules: None,
             capsule_insts: HashMap::new(),
             state: Arc::new(Mutex::new(SoftState::new(grant.limits.state as usize, entries))),
             mem_cap: grant.limits.memory as usize,
+            session_heap,
         });
-        // The principal's caps follow its most generous live grant.
+        // The principal's caps follow its most generous live grant (unless
+        // its session's heap reservation caps it).
         let mem = grant.limits.memory as usize;
         if mem > t.mem_cap {
             t.mem_cap = mem;
-            for s in [t.modules.as_mut(), t.capsules.as_mut()].into_iter().flatten() {
-                if let Some(st) = s.store.as_mut() {
-                    st.data_mut().limiter.cap = mem;
-                }
-            }
+            t.apply_cap();
         }
         if let Ok(mut s) = t.state.lock() {
             let cap = s.bytes().max(grant.limits.state as usize);
@@ -119,7 +118,7 @@ impl Sandbox {
 
     pub(super) fn new_space(&mut self, principal: PrincipalId) -> Option<Space> {
         let t = self.tenants.get(&principal)?;
-        let data = TenantState::new(principal, t.mem_cap, t.state.clone(), self.routes.clone(), self.cfg.host);
+        let data = TenantState::new(principal, t.cap(), t.state.clone(), self.routes.clone(), self.cfg.host);
         let mut store = Store::new(&self.engine, data);
         store.limiter(|d| &mut d.limiter);
         let mut yields = false;

@@ -465,10 +465,30 @@ struct Tenant {
     capsules: Option<Space>,
     capsule_insts: HashMap<ModuleHash, ModuleId>,
     state: Arc<Mutex<SoftState>>,
+    /// The most generous memory cap of the principal's live grants.
     mem_cap: usize,
+    /// Its session's heap reservation, when it holds one: then this, not
+    /// its grants, caps each of its stores (RCANE §IV-E).
+    session_heap: Option<usize>,
 }
 
 impl Tenant {
+    /// The cap on each of the principal's stores.
+    fn cap(&self) -> usize {
+        self.session_heap.unwrap_or(self.mem_cap)
+    }
+
+    /// Applies [`Tenant::cap`] to the stores in hand (a store a task holds
+    /// gets it when it comes back).
+    fn apply_cap(&mut self) {
+        let cap = self.cap();
+        for s in [self.modules.as_mut(), self.capsules.as_mut()].into_iter().flatten() {
+            if let Some(st) = s.store.as_mut() {
+                st.data_mut().limiter.cap = cap;
+            }
+        }
+    }
+
     /// The principal's store for modules or for capsule instances.
     fn slot(&mut self, kind: ModuleKind) -> &mut Option<Space> {
         match kind {
@@ -553,6 +573,8 @@ pub struct Sandbox {
     defer_capsules: bool,
     /// Verified capsules waiting for the node to queue them.
     capsule_jobs: Vec<Job>,
+    /// Session heap reservations by principal ([`Sandbox::set_session_heap`]).
+    session_heaps: HashMap<PrincipalId, usize>,
     pending: usize,
     next_id: u32,
     next_space: u64,
@@ -603,6 +625,7 @@ impl Sandbox {
             fetches: HashMap::new(),
             defer_capsules: false,
             capsule_jobs: Vec::new(),
+            session_heaps: HashMap::new(),
             pending: 0,
             next_id: 1,
             next_space: 1,
@@ -655,6 +678,31 @@ impl Sandbox {
     /// Bytes of soft state held by `principal`.
     pub fn state_bytes(&self, principal: &PrincipalId) -> usize {
         self.tenants.get(principal).and_then(|t| t.state.lock().ok().map(|s| s.bytes())).unwrap_or(0)
+    }
+
+    /// Sets (or, with `None`, clears) the heap reservation of `principal`'s
+    /// session: while set, it caps the linear memory of each of the
+    /// principal's stores in place of its grants' `memory` (a store
+    /// already above it keeps what it has, and grows no more). Charging
+    /// is by this reserved size, in the node's accounts.
+    pub fn set_session_heap(&mut self, principal: PrincipalId, bytes: Option<usize>) {
+        match bytes {
+            Some(b) => {
+                self.session_heaps.insert(principal, b);
+            }
+            None => {
+                self.session_heaps.remove(&principal);
+            }
+        }
+        if let Some(t) = self.tenants.get_mut(&principal) {
+            t.session_heap = bytes;
+            t.apply_cap();
+        }
+    }
+
+    /// The principals with a session heap set.
+    pub fn session_heap_principals(&self) -> Vec<PrincipalId> {
+        self.session_heaps.keys().copied().collect()
     }
 
     /// Linear memory charged to `principal`'s module store, bytes.

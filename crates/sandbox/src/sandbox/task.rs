@@ -337,7 +337,7 @@ impl Sandbox {
     fn restore(&mut self, task: &Task, mut store: Store<TenantState>) {
         let routes = self.routes.clone();
         let Some(t) = self.tenants.get_mut(&task.principal) else { return };
-        let cap = t.mem_cap;
+        let cap = t.cap();
         let Some(space) = t.slot(task.kind).as_mut().filter(|s| s.id == task.space && s.store.is_none()) else {
             return;
         };
