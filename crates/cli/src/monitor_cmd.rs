@@ -41,19 +41,28 @@ pub enum MonitorCmd {
 /// `anode monitor run`.
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// A pcap or pcapng file (`-` for stdin), or a network interface for live capture. (`node`: a
-    /// running node's own traffic is monitored by the node itself: see its `[monitor]` section.)
+    /// A pcap or pcapng file (`-` for stdin), a network interface for live capture, or `node`: the
+    /// verified traffic of the running node in --run-dir, through its tap (which its administrator
+    /// turns on with `[monitor] enabled = true`); the node runs the modules and writes their records
+    /// to its own `[monitor]` exports.
     #[arg(long)]
     source: String,
+    /// With --source node: the node's run directory (its control socket).
+    #[arg(long, value_name = "DIR")]
+    run_dir: Option<PathBuf>,
+    /// With --source node: the name of the (single) module on the node's tap (default: its file stem).
+    #[arg(long)]
+    name: Option<String>,
     /// A monitoring module (wasm); repeat for several. Each needs its --credential, in the same order.
     #[arg(long = "module", required = true)]
     modules: Vec<PathBuf>,
     /// The monitoring credential of each --module, in order.
     #[arg(long = "credential", required = true)]
     credentials: Vec<PathBuf>,
-    /// The administrator's public key (.pub or .key file, or hex) that credentials chain to.
-    #[arg(long)]
-    admin_pub: String,
+    /// The administrator's public key (.pub or .key file, or hex) that credentials chain to (not with
+    /// --source node, whose own `[monitor] admin_key` decides).
+    #[arg(long, required_unless_present = "run_dir")]
+    admin_pub: Option<String>,
     /// Export: `json:FILE` (JSON lines, `-` for stdout), `ipfix:FILE`, `ipfix-udp:HOST:PORT`, `pcap:FILE`
     /// (sampled packets). Repeatable.
     #[arg(long = "export")]
@@ -612,13 +621,12 @@ pub(crate) fn render_tap(v: &serde_json::Value) -> String {
 
 fn run_monitor(a: RunArgs) -> Result<ExitCode> {
     if a.source == "node" {
-        bail!(
-            "--source node: a running node monitors its own traffic itself; turn its tap on in its configuration \
-             with a [monitor] section (enabled = true, admin_key, load = [{{ file, credential }}], ...; docs/node.md), \
-             or `anode testbed up --monitor NODE=FILE`. Records go to <run_dir>/monitor.jsonl, monitor.ipfix and \
-             monitor.pcap, counters to `anode status`."
-        );
+        return run_on_node(&a);
     }
+    if a.run_dir.is_some() || a.name.is_some() {
+        bail!("--run-dir and --name go with --source node");
+    }
+    let Some(admin_pub) = a.admin_pub.as_deref() else { bail!("--admin-pub is needed to decide the credentials") };
     if a.modules.len() != a.credentials.len() {
         bail!(
             "{} --module but {} --credential: give one credential per module, in order",
@@ -631,7 +639,7 @@ fn run_monitor(a: RunArgs) -> Result<ExitCode> {
         eprintln!("anonymizing with Crypto-PAn key id {}", k.key_id_hex());
     }
     let cfg = MonitorConfig { batch: a.batch.max(1), unload_after: a.unload_after, ..MonitorConfig::default() };
-    let mut m = Monitor::new(root_key(&a.admin_pub)?, cfg, key)?;
+    let mut m = Monitor::new(root_key(admin_pub)?, cfg, key)?;
     for (path, cred) in a.modules.iter().zip(&a.credentials) {
         let code = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         let c = std::fs::read(cred).with_context(|| format!("reading {}", cred.display()))?;
@@ -915,6 +923,115 @@ fn anonymize(a: AnonArgs) -> Result<ExitCode> {
         anon.key_id_hex(),
         output.display()
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One control request to the node in `run_dir`, its answer line.
+fn node_control(run_dir: &Path, req: &str) -> Result<String> {
+    anode_daemon::query(run_dir, req, Duration::from_secs(10)).with_context(|| {
+        format!("no node answers on {} (is it running?)", run_dir.join(anode_daemon::CONTROL_SOCKET).display())
+    })
+}
+
+/// `anode monitor run --source node`: loads the modules into the running
+/// node's tap over its control socket, prints their counters every second
+/// until --duration is over or Ctrl-C, then unloads them. The node runs
+/// them on its verified traffic and writes their records to its own
+/// `[monitor]` exports.
+fn run_on_node(a: &RunArgs) -> Result<ExitCode> {
+    use nix::sys::signal::{SigSet, Signal};
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+    let Some(run_dir) = a.run_dir.as_deref() else {
+        bail!("--source node needs --run-dir DIR (the node's run directory)")
+    };
+    if !a.exports.is_empty() || a.anon_key.is_some() || a.admin_pub.is_some() {
+        bail!(
+            "with --source node the node decides credentials with its own [monitor] admin_key, anonymizes with its \
+             anon_key and writes records to its [monitor] json/ipfix/pcap files: drop --export, --anon-key and --admin-pub"
+        );
+    }
+    if a.modules.len() != a.credentials.len() {
+        bail!(
+            "{} --module but {} --credential: give one credential per module, in order",
+            a.modules.len(),
+            a.credentials.len()
+        );
+    }
+    if a.name.is_some() && a.modules.len() != 1 {
+        bail!("--name names a single --module");
+    }
+    let mut names = Vec::new();
+    for (m, c) in a.modules.iter().zip(&a.credentials) {
+        let abs = |p: &Path| std::fs::canonicalize(p).with_context(|| format!("{}", p.display()));
+        let (m, c) = (abs(m)?, abs(c)?);
+        let name = match &a.name {
+            Some(n) => n.clone(),
+            None => m.file_stem().and_then(|s| s.to_str()).unwrap_or("module").to_string(),
+        };
+        let (ms, cs) = (m.to_string_lossy(), c.to_string_lossy());
+        if ms.contains(char::is_whitespace) || cs.contains(char::is_whitespace) {
+            bail!("{ms} or {cs}: the node's control socket takes paths without spaces");
+        }
+        let answer = node_control(run_dir, &format!("monitor-load {name} {ms} {cs}"))?;
+        if let Some(e) = answer.strip_prefix("error: ") {
+            for n in &names {
+                let _ = node_control(run_dir, &format!("monitor-unload {n}"));
+            }
+            bail!("{}: the node refused {name}: {}", run_dir.display(), e.trim());
+        }
+        eprint!("{answer}");
+        names.push(name);
+    }
+    let status = node_control(run_dir, "status")?;
+    let v: serde_json::Value = serde_json::from_str(&status).context("the node's status is not JSON")?;
+    eprintln!("records go to the node's {}", v["monitor"]["files"]);
+    eprintln!("Ctrl-C or --duration to stop (the modules are unloaded then)");
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGINT);
+    mask.add(Signal::SIGTERM);
+    let signals = mask.thread_block().ok().and_then(|()| SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK).ok());
+    let start = Instant::now();
+    let end = a.duration.map(|d| start + Duration::from_secs_f64(d.max(0.0)));
+    let mut last = String::new();
+    loop {
+        std::thread::sleep(
+            Duration::from_millis(200).min(end.map_or(Duration::MAX, |e| e.saturating_duration_since(Instant::now()))),
+        );
+        let stop = end.is_some_and(|e| Instant::now() >= e)
+            || signals.as_ref().is_some_and(|s| matches!(s.read_signal(), Ok(Some(_))));
+        if let Ok(st) = node_control(run_dir, "status")
+            && let Ok(v) = serde_json::from_str::<serde_json::Value>(&st)
+        {
+            let mods = v["monitor"]["modules"].as_array().cloned().unwrap_or_default();
+            let line: Vec<String> = mods
+                .iter()
+                .filter(|m| m["name"].as_str().is_some_and(|n| names.iter().any(|x| x == n)) && m["unloaded"].is_null())
+                .map(|m| {
+                    let c = &m["counters"];
+                    format!(
+                        "{} {}: {} packets, {} records, {} overruns",
+                        m["name"].as_str().unwrap_or("?"),
+                        m["id"].as_str().unwrap_or("?"),
+                        c["packets"],
+                        c["records"],
+                        c["overruns"]
+                    )
+                })
+                .collect();
+            let line = line.join("; ");
+            if !a.quiet && (line != last || stop) {
+                eprintln!("{:>6.1} s  {line}", start.elapsed().as_secs_f64());
+                last = line;
+            }
+        }
+        if stop {
+            break;
+        }
+    }
+    for n in &names {
+        let answer = node_control(run_dir, &format!("monitor-unload {n}"))?;
+        eprint!("{answer}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -247,13 +247,82 @@ fn the_tap_is_off_by_default_and_a_looping_module_on_it_does_not_stop_forwarding
 }
 
 #[test]
-fn monitor_run_source_node_says_how_to_turn_the_tap_on() {
-    let o = Command::new(ANODE)
-        .args(["monitor", "run", "--source", "node", "--module", "m.wasm", "--credential", "c", "--admin-pub", "00"])
+fn monitor_run_source_node_runs_a_module_on_the_tap_of_a_running_node_and_unloads_it() {
+    let s = Scratch::new("monitor-tap", "run-node");
+    let (admin, alice) = keys(&s);
+    // b's tap is on, with no module of its own; c's is off.
+    let b_section = section(&s, "b.monitor", &admin, "tick_ms = 100", &[]);
+    up_line3(&s, &["--monitor", &monitor_arg("b", &b_section)]);
+    let count = modules_dir().join("mon-count.wasm");
+    let cred = mcred(&s, &alice, "count.cred", &[]);
+    let (b, c) = (s.tb().join("b"), s.tb().join("c"));
+    let run = |dir: &Path, extra: &[&str]| {
+        Command::new(ANODE)
+            .args(["monitor", "run", "--source", "node", "--run-dir"])
+            .arg(dir)
+            .arg("--module")
+            .arg(&count)
+            .arg("--credential")
+            .arg(&cred)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    // Traffic crosses b while the researcher's module runs there for 2 s.
+    let sender = {
+        let a = s.tb().join("a");
+        std::thread::spawn(move || {
+            for _ in 0..8 {
+                send_plain(&a, 100..=150);
+                std::thread::sleep(std::time::Duration::from_millis(150));
+            }
+        })
+    };
+    let o = run(&b, &["--duration", "2", "--name", "alice-count"]);
+    sender.join().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("loaded alice-count as"), "{out}");
+    assert!(out.contains("unloaded alice-count"), "{out}");
+    // It saw packets while it ran, its records are in b's export, and it is gone now.
+    let st = status(&b);
+    let m = st["monitor"]["modules"].as_array().unwrap().iter().find(|m| m["name"] == "alice-count").cloned().unwrap();
+    assert!(m["counters"]["packets"].as_u64().unwrap() > 0, "{m}");
+    assert_eq!(m["unloaded"].as_str(), Some("unloaded by the operator"), "{m}");
+    assert!(records(&b).iter().any(|r| r["module"] == "alice-count"), "its records went to b's export");
+    // A node whose tap is off says so; a credential the node does not accept is refused with the reason.
+    let o = run(&c, &["--duration", "1"]);
+    assert!(!o.status.success() && text(&o).contains("tap is off"), "{}", text(&o));
+    let (other, _) = user_keys(&s.0.join("other"), "other");
+    let foreign = s.0.join("foreign.cred");
+    let o2 = Command::new(ANODE)
+        .args(["monitor", "credential", "issue", "--admin-key"])
+        .arg(&other)
+        .arg("--principal")
+        .arg(&alice)
+        .arg("-o")
+        .arg(&foreign)
         .output()
         .unwrap();
-    assert!(!o.status.success());
-    assert!(text(&o).contains("[monitor] section"), "{}", text(&o));
+    assert!(o2.status.success(), "{}", text(&o2));
+    let o = Command::new(ANODE)
+        .args(["monitor", "run", "--source", "node", "--run-dir"])
+        .arg(&b)
+        .arg("--module")
+        .arg(&count)
+        .arg("--credential")
+        .arg(&foreign)
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && text(&o).contains("refused"), "{}", text(&o));
+    // Options that belong to a local run are refused with node.
+    let o = Command::new(ANODE)
+        .args(["monitor", "run", "--source", "node", "--run-dir"])
+        .arg(&b)
+        .args(["--module", "m.wasm", "--credential", "c", "--export", "json:-"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && text(&o).contains("drop --export"), "{}", text(&o));
 }
 
 #[test]

@@ -65,6 +65,20 @@ pub(crate) enum Request {
     Modules,
     /// Control `unload ID`: the operator unloads a module.
     Unload(u32),
+    /// Control `monitor-load NAME MODULE CREDENTIAL`: the local operator
+    /// loads a monitoring module (files on this host) into the tap.
+    MonitorLoad {
+        /// The module's name.
+        name: String,
+        /// The wasm file.
+        module: std::path::PathBuf,
+        /// The monitoring credential file.
+        credential: std::path::PathBuf,
+    },
+    /// Control `monitor-unload NAME`.
+    MonitorUnload(String),
+    /// A `monitor-*` request that does not parse: why.
+    BadMonitor(&'static str),
     /// Control `metrics` or HTTP `GET /metrics`: Prometheus text.
     Metrics,
     /// An unknown control request (its first line).
@@ -180,10 +194,38 @@ pub(crate) fn parse_control(b: &[u8]) -> Request {
         "status" => Request::Status,
         "metrics" => Request::Metrics,
         "modules" => Request::Modules,
+        other if other.starts_with("monitor-") => parse_monitor(other),
         other => match other.strip_prefix("unload ").map(|n| n.trim().trim_start_matches('m').parse::<u32>()) {
             Some(Ok(id)) => Request::Unload(id),
             _ => Request::UnknownControl(other.chars().take(64).collect()),
         },
+    }
+}
+
+/// A module name for the tap: 1-64 of `[A-Za-z0-9._-]`.
+fn module_name_ok(n: &str) -> bool {
+    (1..=64).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+}
+
+/// `monitor-load NAME MODULE CREDENTIAL` (absolute paths without spaces) or
+/// `monitor-unload NAME`.
+fn parse_monitor(line: &str) -> Request {
+    let mut w = line.split_ascii_whitespace();
+    match (w.next(), w.next(), w.next(), w.next(), w.next()) {
+        (Some("monitor-load"), Some(name), Some(module), Some(credential), None) => {
+            let (module, credential) = (std::path::PathBuf::from(module), std::path::PathBuf::from(credential));
+            if !module_name_ok(name) {
+                Request::BadMonitor("the name must be 1-64 of A-Z a-z 0-9 . _ -")
+            } else if !module.is_absolute() || !credential.is_absolute() {
+                Request::BadMonitor("the module and credential paths must be absolute")
+            } else {
+                Request::MonitorLoad { name: name.to_string(), module, credential }
+            }
+        }
+        (Some("monitor-unload"), Some(name), None, ..) if module_name_ok(name) => {
+            Request::MonitorUnload(name.to_string())
+        }
+        _ => Request::BadMonitor("expected `monitor-load NAME MODULE CREDENTIAL` or `monitor-unload NAME`"),
     }
 }
 
@@ -445,8 +487,17 @@ impl Daemon {
                 }
                 None => format!("error: no module m{id} is loaded\n").into_bytes(),
             },
+            (R::MonitorLoad { name, module, credential }, _) => self.monitor_load(name, module, credential),
+            (R::MonitorUnload(name), _) => match self.node.tap_unload(name, "unloaded by the operator") {
+                Some(id) => {
+                    tracing::info!(module = %id, name = %name, "monitoring module unloaded by the operator");
+                    format!("unloaded {name} ({id})\n").into_bytes()
+                }
+                None => format!("error: no monitoring module {name:?} is loaded on this node's tap\n").into_bytes(),
+            },
+            (R::BadMonitor(why), _) => format!("error: {why}\n").into_bytes(),
             (R::UnknownControl(l), _) => {
-                format!("error: unknown request {l:?} (try \"status\", \"metrics\", \"modules\" or \"unload ID\")\n")
+                format!("error: unknown request {l:?} (try \"status\", \"metrics\", \"modules\", \"unload ID\", \"monitor-load NAME MODULE CREDENTIAL\" or \"monitor-unload NAME\")\n")
                     .into_bytes()
             }
             (R::HttpNotFound, _) => http_response("404 Not Found", "text/plain", b"not found; try /metrics\n"),
@@ -574,6 +625,27 @@ mod tests {
         assert_eq!(parse_control(b" metrics \r"), Request::Metrics);
         assert_eq!(parse_control(b"reboot\nstatus"), Request::UnknownControl("reboot".into()));
         assert_eq!(parse_control(b"\xff\xfe"), Request::UnknownControl("\u{fffd}\u{fffd}".into()));
+    }
+
+    #[test]
+    fn monitor_requests_and_each_rejection() {
+        assert_eq!(
+            parse_control(b"monitor-load alice.count-1 /m/count.wasm /m/c.cred"),
+            Request::MonitorLoad {
+                name: "alice.count-1".into(),
+                module: "/m/count.wasm".into(),
+                credential: "/m/c.cred".into()
+            }
+        );
+        assert_eq!(parse_control(b"monitor-unload alice"), Request::MonitorUnload("alice".into()));
+        let bad = |l: &[u8]| matches!(parse_control(l), Request::BadMonitor(_));
+        assert!(bad(b"monitor-load a/b /m /c"), "a name with a slash");
+        assert!(bad(b"monitor-load a m.wasm /c"), "a relative path");
+        assert!(bad(b"monitor-load a /m"), "a missing credential");
+        assert!(bad(b"monitor-load a /m /c /d"), "one token too many");
+        assert!(bad(&[b"monitor-load ".as_slice(), &[b'x'; 65], b" /m /c"].concat()), "a name too long");
+        assert!(bad(b"monitor-unload"), "no name");
+        assert!(bad(b"monitor-reboot x"), "an unknown monitor request");
     }
 
     #[test]

@@ -315,3 +315,43 @@ impl Daemon {
         s
     }
 }
+
+/// Largest monitoring module file read for `monitor-load`, bytes.
+const MAX_MONITOR_MODULE_FILE: u64 = 4 << 20;
+/// Largest monitoring credential file read for `monitor-load`, bytes.
+const MAX_MONITOR_CREDENTIAL_FILE: u64 = 64 << 10;
+
+/// Reads at most `limit` bytes of `file`, refusing a longer one.
+fn read_bounded(file: &Path, limit: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let f = File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let mut v = Vec::new();
+    f.take(limit + 1).read_to_end(&mut v).map_err(|e| format!("{}: {e}", file.display()))?;
+    if v.len() as u64 > limit {
+        return Err(format!("{}: longer than {limit} bytes", file.display()));
+    }
+    Ok(v)
+}
+
+impl Daemon {
+    /// Control `monitor-load`: the local operator's monitoring module into
+    /// the running tap (files on this host, bounded reads); the answer line.
+    pub(crate) fn monitor_load(&mut self, name: &str, module: &Path, credential: &Path) -> Vec<u8> {
+        let read = read_bounded(module, MAX_MONITOR_MODULE_FILE)
+            .and_then(|code| read_bounded(credential, MAX_MONITOR_CREDENTIAL_FILE).map(|cred| (code, cred)));
+        let (code, cred) = match read {
+            Ok(x) => x,
+            Err(e) => return format!("error: {e}\n").into_bytes(),
+        };
+        match self.node.tap_load(std::time::SystemTime::now(), name, &code, &cred) {
+            Ok(id) => {
+                tracing::info!(module = %id, name, file = %module.display(), "monitoring module loaded by the operator");
+                format!("loaded {name} as {id}\n").into_bytes()
+            }
+            Err(e) => {
+                tracing::warn!(name, file = %module.display(), error = %e, "monitoring module refused");
+                format!("error: {e}\n").into_bytes()
+            }
+        }
+    }
+}

@@ -27,7 +27,7 @@ pub use modules::LoadFailure;
 pub use sessions::{
     BE_POOL, DEFAULT_SESSION_GRACE_MS, DEFAULT_TX_BYTES_PER_SEC, RcaneSetupError, SchedCounters, StaticSessionError,
 };
-pub use tap::{TAP_OUTPUTS, TapConfig, TapCounters};
+pub use tap::{TAP_OUTPUTS, TapConfig, TapCounters, TapLoadError};
 
 use crate::config::{ConfigError, NodeConfig, Topology};
 use crate::counters::Counters;

@@ -154,6 +154,21 @@ impl Tap {
     }
 }
 
+/// Why a monitoring module was not loaded into the running tap.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TapLoadError {
+    /// The tap is off: the administrator turns it on in the node's
+    /// configuration (`[monitor] enabled = true`).
+    #[error(
+        "this node's tap is off: its administrator turns it on with `[monitor] enabled = true` in its configuration"
+    )]
+    Off,
+    /// The monitor refused the module or its credential.
+    #[error(transparent)]
+    Load(#[from] anode_monitor::MonitorLoadError),
+}
+
 impl Node {
     /// Turns the tap on with a monitor whose modules are loaded (the daemon
     /// builds it from `[monitor]`). `now_ms` starts the periodic timer.
@@ -200,6 +215,33 @@ impl Node {
     /// Whether the tap is on.
     pub fn tap_on(&self) -> bool {
         self.tap.is_some()
+    }
+
+    /// Loads a monitoring module into the running tap under its
+    /// credential (the local operator's request, `anode monitor run
+    /// --source node`): decided and compiled as the modules of `[monitor]`
+    /// are at start.
+    ///
+    /// # Errors
+    /// [`TapLoadError::Off`] when the administrator has not turned the tap
+    /// on; the monitor's refusal otherwise (nothing is loaded).
+    pub fn tap_load(
+        &mut self,
+        now: std::time::SystemTime,
+        name: &str,
+        code: &[u8],
+        credential: &[u8],
+    ) -> Result<anode_monitor::ModuleId, TapLoadError> {
+        let t = self.tap.as_mut().ok_or(TapLoadError::Off)?;
+        Ok(t.monitor.load(now, name, code, credential)?)
+    }
+
+    /// Unloads the tap's live module named `name`; its id, or `None` if no
+    /// live module has that name (or the tap is off).
+    pub fn tap_unload(&mut self, name: &str, reason: &str) -> Option<anode_monitor::ModuleId> {
+        let t = self.tap.as_mut()?;
+        let id = t.monitor.modules().into_iter().find(|m| &*m.name == name && m.unloaded.is_none())?.id;
+        t.monitor.unload(id, reason).then_some(id)
     }
 
     /// A verified datagram (`datagram`: the inner ANEP datagram, before it
