@@ -674,3 +674,40 @@ fn a_session_heap_reservation_caps_its_principals_modules() {
     let mine = principal_sessions(&c);
     assert!(mine[0]["charges"]["heap_byte_seconds"].as_u64().unwrap() > 0, "{}", mine[0]);
 }
+
+#[test]
+fn the_period_log_records_every_vp_period_and_makes_a_fig11_trace() {
+    let (env, c, keys) = Env::up_with("periods", &["p"], &["--period-log"]);
+    let (pkey, ppub) = keys.into_iter().next().unwrap();
+    let scred = env.cred(&ppub, "p.session", &["--kind", "session", "--vp-share", "30%", "--total-share", "30%"]);
+    let o = env.run(&pkey, &["session", "open", "--credential", scred.to_str().unwrap(), "--vp", "400us/4ms"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let vp = String::from_utf8_lossy(&o.stdout).split("VPs added: ").nth(1).unwrap().trim().to_string();
+    let burn = modules_dir().join("burn.wasm");
+    let mcred = env.cred(
+        &ppub,
+        "p.burn",
+        &["--kind", "module", "--module", burn.to_str().unwrap(), "--interface", "time", "--cpu", "5000000"],
+    );
+    let o = env.run(&pkey, &["module", "load", burn.to_str().unwrap(), "--credential", mcred.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    // The daemons stop (SIGTERM): the writer thread writes what is left.
+    let o = Command::new(ANODE).args(["testbed", "down", "--dir"]).arg(env.s.tb()).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let log = std::fs::read_to_string(c.join("periods.csv")).unwrap();
+    assert!(log.starts_with("vp,session,start_ns,end_ns,slice_ns,received_ns,slack_ns,idle\n"), "{log}");
+    let mine: Vec<&str> = log.lines().filter(|l| l.starts_with(&format!("{vp},"))).collect();
+    assert!(mine.len() > 100, "about 250 periods of 4 ms in a second: {}\n{log}", mine.len());
+    let out = env.s.0.join("trace.csv");
+    let o = Command::new(ANODE)
+        .args(["experiment", "from-periods"])
+        .arg(c.join("periods.csv"))
+        .args(["--load", &format!("B={vp}"), "--best-effort", "A=1.1", "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let o = Command::new(ANODE).args(["experiment", "stats"]).arg(&out).output().unwrap();
+    assert!(o.status.success() && text(&o).contains("B"), "{}", text(&o));
+}

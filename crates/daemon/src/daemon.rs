@@ -26,7 +26,6 @@ use nix::sys::socket::{MultiHeaders, SockaddrStorage};
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use socket2::Socket;
-use std::io::Write as _;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::AsFd as _;
 use std::os::unix::net::UnixListener;
@@ -127,7 +126,7 @@ pub struct Daemon {
     /// then wakes for the next one; an idle node does not).
     pub(crate) charged: bool,
     /// The period log, when asked for, and when it was last flushed.
-    period_log: Option<(std::io::BufWriter<std::fs::File>, Instant)>,
+    period_log: Option<crate::periodlog::PeriodLog>,
     pub(crate) epoll: Epoll,
     pub(crate) timer: TimerFd,
     /// The deadline the timer is armed for.
@@ -344,13 +343,10 @@ impl Daemon {
             ledger: None,
             period_log: match &opts.period_log {
                 None => None,
-                Some(p) => {
-                    let f =
-                        std::fs::File::create(p).map_err(|source| DaemonError::ReadFile { file: p.clone(), source })?;
-                    let mut w = std::io::BufWriter::new(f);
-                    let _ = writeln!(w, "{PERIOD_LOG_HEADER}");
-                    Some((w, Instant::now()))
-                }
+                Some(p) => Some(
+                    crate::periodlog::PeriodLog::create(p)
+                        .map_err(|source| DaemonError::ReadFile { file: p.clone(), source })?,
+                ),
             },
             started,
             stats: LocalStats::default(),
@@ -500,27 +496,15 @@ impl Daemon {
     /// Drains the scheduler's completed periods into the period log (or
     /// drops them when there is none); flushes every 100 ms, or now.
     fn write_periods(&mut self, flush: bool) {
-        let Some((w, last)) = self.period_log.as_mut() else {
+        let Some(log) = self.period_log.as_mut() else {
             self.node.drain_periods(&mut |_| {});
             return;
         };
-        self.node.drain_periods(&mut |r| {
-            let _ = writeln!(
-                w,
-                "{},{},{},{},{},{},{},{}",
-                r.vp,
-                r.owner,
-                r.start_ns,
-                r.end_ns,
-                r.slice_ns,
-                r.received_ns,
-                r.slack_ns,
-                u8::from(r.idle)
-            );
-        });
-        if flush || last.elapsed() >= Duration::from_millis(100) {
-            let _ = w.flush();
-            *last = Instant::now();
+        self.node.drain_periods(&mut |r| log.record(&r));
+        if flush {
+            log.finish();
+        } else {
+            log.flush(false);
         }
     }
 

@@ -42,6 +42,7 @@ pub mod daemon;
 mod droplog;
 pub mod files;
 mod ledger;
+mod periodlog;
 pub mod ratelog;
 mod tap;
 mod udp;
