@@ -53,10 +53,16 @@ pub struct BootConfig {
     /// (relative paths: to the boot directory).
     #[serde(default)]
     pub mirrors: Vec<PathBuf>,
-    /// Peer nodes (overlay addresses) to recover from over their security
-    /// associations; tried after the mirrors. Carried by the daemon.
+    /// Peer nodes to recover from over a security association, as UDP
+    /// endpoints (`host:port` of one of their interfaces); tried after the
+    /// mirrors. Used by `anode node --boot` (not by this crate).
     #[serde(default)]
     pub peers: Vec<String>,
+    /// The secret key file the node opens its recovery SAs with (relative:
+    /// to the boot directory). Not the node's own key: that is a verified
+    /// component, and a peer knows it as a neighbour, not as a user. Peers
+    /// must list its public key in `[security] users`. Needed with `peers`.
+    pub recovery_key: Option<PathBuf>,
     /// The node binary to verify (default: the running executable).
     pub binary: Option<PathBuf>,
     /// The node's base directory, which component names are relative to
@@ -319,7 +325,23 @@ pub fn boot_node(
     commit: bool,
     extra: Vec<Box<dyn Source>>,
 ) -> Result<NodeBoot, FsBootError> {
+    boot_node_with(dir, base, now, commit, |_| Ok(extra))
+}
+
+/// [`boot_node`], the extra sources made by `extra` from the settings (the
+/// daemon's peers, from `peers` and `recovery_key`).
+///
+/// # Errors
+/// [`FsBootError`]: the node must not start (`Settings` if `extra` fails).
+pub fn boot_node_with(
+    dir: &Path,
+    base: &Path,
+    now: SystemTime,
+    commit: bool,
+    extra: impl FnOnce(&BootConfig) -> Result<Vec<Box<dyn Source>>, String>,
+) -> Result<NodeBoot, FsBootError> {
     let config = BootConfig::load(dir)?;
+    let extra = extra(&config).map_err(|reason| FsBootError::Settings { file: dir.join(SETTINGS), reason })?;
     let binary = match &config.binary {
         Some(b) => dir.join(b),
         None => std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe")),

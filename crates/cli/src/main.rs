@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 mod account_cmd;
 mod apps;
 mod boot_cmd;
+mod boot_peer;
 mod cred_cmd;
 mod demo;
 mod experiment;

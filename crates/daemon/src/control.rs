@@ -506,6 +506,12 @@ impl Daemon {
             if let Some(s) = self.node.sessions_json(now_ns) {
                 o.insert("rcane".into(), s);
             }
+            if let Some(b) = &self.boot {
+                o.insert("boot".into(), b.clone());
+            }
+            if let Some(r) = self.node.recovery_json() {
+                o.insert("recovery".into(), r);
+            }
             o.insert("address".into(), json!(self.node.address().to_string()));
             o.insert("uptime_s".into(), json!(self.started.elapsed().as_secs_f64()));
             o.insert("mtu".into(), json!(self.cfg.mtu));

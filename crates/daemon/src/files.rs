@@ -24,14 +24,67 @@ pub struct LoadedConfig {
     pub topology: Option<Topology>,
 }
 
-fn read(path: &Path) -> Result<String, DaemonError> {
-    std::fs::read_to_string(path).map_err(|source| DaemonError::ReadFile { file: path.to_path_buf(), source })
+/// Where the files read at start come from: the filesystem, or a verified
+/// boot chain (`anode node --boot`), whose bytes are used instead of
+/// reading the path again.
+#[derive(Debug, Clone, Copy)]
+pub enum StartFiles<'a> {
+    /// Read each file from its path.
+    Disk,
+    /// Take each file's verified bytes from the chain.
+    Chain(&'a anode_boot::fsio::NodeBoot),
+}
+
+impl StartFiles<'_> {
+    /// The bytes of `path`: `Ok(None)` for a component a degraded start left
+    /// out.
+    ///
+    /// # Errors
+    /// [`DaemonError::ReadFile`] from the disk; [`DaemonError::Boot`] for a
+    /// file the chain does not hold (unsigned).
+    pub fn read(self, path: &Path) -> Result<Option<Vec<u8>>, DaemonError> {
+        match self {
+            StartFiles::Disk => std::fs::read(path)
+                .map(Some)
+                .map_err(|source| DaemonError::ReadFile { file: path.to_path_buf(), source }),
+            StartFiles::Chain(nb) => match nb.read(path) {
+                Ok(b) => Ok(Some(b.to_vec())),
+                Err(anode_boot::ChainError::Skipped(_)) => Ok(None),
+                Err(source) => Err(DaemonError::Boot { file: path.to_path_buf(), source }),
+            },
+        }
+    }
+
+    /// The bytes of `path`, which no start may leave out.
+    ///
+    /// # Errors
+    /// As [`StartFiles::read`], and [`DaemonError::Boot`] for a skipped one.
+    pub fn read_needed(self, path: &Path) -> Result<Vec<u8>, DaemonError> {
+        self.read(path)?.ok_or_else(|| DaemonError::Boot {
+            file: path.to_path_buf(),
+            source: anode_boot::ChainError::Skipped(path.display().to_string()),
+        })
+    }
+
+    /// The text of `path`.
+    fn read_text(self, path: &Path) -> Result<String, DaemonError> {
+        String::from_utf8(self.read_needed(path)?).map_err(|_| DaemonError::ReadFile {
+            file: path.to_path_buf(),
+            source: io::Error::new(io::ErrorKind::InvalidData, "not UTF-8"),
+        })
+    }
 }
 
 /// Reads and validates a node configuration file and its topology file;
 /// errors name the file at fault. Relative `run_dir` and `routes.topology`
 /// paths are resolved against the configuration file's directory.
 pub fn load_config(path: &Path) -> Result<LoadedConfig, DaemonError> {
+    load_config_from(path, StartFiles::Disk)
+}
+
+/// [`load_config`], the configuration and topology taken from `files`.
+pub fn load_config_from(path: &Path, files: StartFiles<'_>) -> Result<LoadedConfig, DaemonError> {
+    let read = |p: &Path| files.read_text(p);
     let mut config = NodeConfig::from_toml(&read(path)?)
         .map_err(|source| DaemonError::Config { file: path.to_path_buf(), source })?;
     let base = path.parent().unwrap_or(Path::new("."));

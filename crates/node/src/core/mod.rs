@@ -19,10 +19,12 @@ mod classify;
 mod control;
 mod data;
 mod modules;
+mod recovery;
 mod seal;
 mod sessions;
 
 pub use modules::LoadFailure;
+pub use recovery::{RECOVERY_OP, RecoveryCounters, RepoFn};
 pub use sessions::{
     BE_POOL, DEFAULT_SESSION_GRACE_MS, DEFAULT_TX_BYTES_PER_SEC, RcaneSetupError, SchedCounters, StaticSessionError,
 };
@@ -277,6 +279,8 @@ pub struct Node {
     to_channels: Vec<(u16, Ipv4Addr, Vec<u8>)>,
     /// RCANE scheduling of module work, when on.
     pub(super) sched: Option<Box<sessions::Sched>>,
+    /// Boot recovery served to peers.
+    recovery: recovery::Recovery,
 }
 
 impl Node {
@@ -349,6 +353,7 @@ impl Node {
             ep_addr,
             to_channels: Vec::new(),
             sched: None,
+            recovery: recovery::Recovery::default(),
         })
     }
 
