@@ -308,6 +308,38 @@ pub(crate) fn render(v: &Value) -> String {
             }
         }
     }
+    if let Some(b) = v.get("boot") {
+        let _ = writeln!(
+            s,
+            "\nboot chain: node {}  policy {}  verified {}  recovered {}  skipped {}{}",
+            text(b, "node"),
+            text(b, "policy"),
+            num(b, "verified"),
+            num(b, "recovered"),
+            num(b, "skipped"),
+            if b.get("degraded").and_then(Value::as_bool) == Some(true) { "  (DEGRADED start)" } else { "" }
+        );
+        let mut layer = "";
+        for c in b.get("components").and_then(Value::as_array).into_iter().flatten() {
+            if text(c, "layer") != layer {
+                layer = text(c, "layer");
+                let _ = writeln!(s, "  layer {layer}");
+            }
+            let why = c.get("why").and_then(Value::as_str).map(|w| format!("  ({w})")).unwrap_or_default();
+            let _ = writeln!(s, "    {:<10} {}{why}", text(c, "verdict"), text(c, "name"));
+        }
+    }
+    if let Some(r) = v.get("recovery") {
+        let _ = writeln!(
+            s,
+            "\nrecovery served: {}  rate limited {}  unauthenticated {}  no repository {}  unanswered {}",
+            num(r, "served"),
+            num(r, "rate_limited"),
+            num(r, "unauthenticated"),
+            num(r, "no_repository"),
+            num(r, "unanswered")
+        );
+    }
     if let Some(l) = v.get("local") {
         let ports: Vec<String> = l
             .get("ports")
@@ -362,5 +394,27 @@ mod tests {
         assert!(!s.contains("bad_port"), "{s}");
         assert!(s.contains("stack_underflow"), "{s}");
         assert!(s.contains("ports [7, 9]"), "{s}");
+        assert!(!s.contains("boot chain"), "no boot section without --boot: {s}");
+    }
+
+    #[test]
+    fn renders_the_boot_chain_layer_by_layer() {
+        let v: Value = serde_json::json!({
+            "boot": {"node": "b", "policy": "degraded", "degraded": true, "verified": 1, "recovered": 1, "skipped": 1,
+                     "components": [
+                         {"layer": "config", "name": "b/config/node.toml", "verdict": "verified", "why": null},
+                         {"layer": "switchlets", "name": "b/switchlets/m.wasm", "verdict": "recovered",
+                          "why": "hash; good copy from mirror /r"},
+                         {"layer": "switchlets", "name": "b/switchlets/n.wasm", "verdict": "skipped", "why": "gone"}]},
+            "recovery": {"serving": true, "served": 12, "rate_limited": 3}
+        });
+        let s = render(&v);
+        assert!(
+            s.contains("boot chain: node b  policy degraded  verified 1  recovered 1  skipped 1  (DEGRADED start)"),
+            "{s}"
+        );
+        assert!(s.contains("  layer config\n    verified   b/config/node.toml\n  layer switchlets\n"), "{s}");
+        assert!(s.contains("    recovered  b/switchlets/m.wasm  (hash; good copy from mirror /r)"), "{s}");
+        assert!(s.contains("recovery served: 12  rate limited 3"), "{s}");
     }
 }

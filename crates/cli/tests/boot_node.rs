@@ -236,8 +236,11 @@ fn a_node_on_a_good_chain_starts_says_so_and_runs_its_switchlet() {
     assert_eq!(st["boot"]["verified"], 6);
     assert_eq!(st["boot"]["metadata"]["targets"]["version"], 1, "{}", st["boot"]);
     assert_eq!(st["modules"]["loads"].as_u64(), Some(1), "{}", st["modules"]);
-    // `anode status` renders nothing new it cannot: the JSON carries the section.
     assert!(bed.p("boot/state.json").exists(), "the state was recorded");
+    let o = Command::new(ANODE).args(["status", "--run-dir"]).arg(&n.run_dir).output().expect("anode status");
+    let shown = text(&o);
+    assert!(shown.contains("boot chain: node b  policy refuse  verified 6  recovered 0  skipped 0"), "{shown}");
+    assert!(shown.contains("  layer switchlets\n    verified   b/switchlets/mods/channel.wasm"), "{shown}");
 }
 
 #[test]

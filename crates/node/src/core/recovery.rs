@@ -162,6 +162,48 @@ mod tests {
         assert!(r.admit([8; 32], 1_100));
     }
 
+    fn node() -> Node {
+        let cfg = crate::config::NodeConfig::from_toml(
+            "address = \"10.0.0.1\"\n[[interface]]\nname = \"x\"\nlisten = \"127.0.0.1:1\"\n",
+        )
+        .expect("config");
+        Node::new(&cfg, None).expect("node")
+    }
+
+    #[test]
+    fn a_request_is_answered_over_the_sa_it_came_on_and_refusals_are_counted() {
+        let mut n = node();
+        let key = anode_sec::Identity::from_seed(&[1; 32]).public();
+        let to: SocketAddr = "127.0.0.1:9".parse().expect("addr");
+        let mut out = Outbox::default();
+        // No repository: dropped and counted.
+        n.recovery_request(Some(key), Some(to), 0, b"fetch", 1, &mut out);
+        assert!(out.transmits.is_empty());
+        assert_eq!(n.recovery_counters().no_repository, 1);
+        assert!(n.recovery_json().is_some(), "a node that was asked says so");
+        n.serve_recovery(Box::new(|req| (req != b"garbage").then(|| [b"re:", req].concat())));
+        // An answer: a CONTROL frame 0x21 ‖ reply, to the SA's endpoint, as System.
+        n.recovery_request(Some(key), Some(to), 0, b"fetch", 1, &mut out);
+        let [t] = out.transmits.as_slice() else { panic!("one reply: {:?}", out.transmits) };
+        assert_eq!((t.to, t.iface, t.owner), (to, 0, Owner::System));
+        let f = anep::Packet::new_checked(out.bytes(&t.data, &[])).expect("frame");
+        assert_eq!(f.type_id(), anep::TYPE_CONTROL);
+        assert_eq!(f.payload(), b"\x21re:fetch");
+        // Not a request: nothing sent. No principal: nothing sent.
+        n.recovery_request(Some(key), Some(to), 0, b"garbage", 1, &mut out);
+        n.recovery_request(None, Some(to), 0, b"fetch", 1, &mut out);
+        assert_eq!(out.transmits.len(), 1);
+        // Over the rate (all at one instant: no refill): dropped and
+        // counted. Every request with a principal took a token.
+        for _ in 0..2 * BURST {
+            n.recovery_request(Some(key), Some(to), 0, b"fetch", 1, &mut out);
+        }
+        let c = n.recovery_counters();
+        assert_eq!((c.served, c.unanswered, c.unauthenticated), (BURST - 2, 1, 1), "{c:?}");
+        assert_eq!(c.rate_limited, BURST + 3, "{c:?}");
+        assert_eq!(out.transmits.len() as u64, c.served);
+    }
+
     #[test]
     fn the_limiter_tracks_a_bounded_number_of_principals() {
         let mut r = Recovery::default();
