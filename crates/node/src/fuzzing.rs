@@ -325,6 +325,17 @@ pub fn control(data: &[u8]) {
         let reply = n.session_request(anode_sandbox::PrincipalId([3; 32]), data, 1);
         assert!(anode_sched::wire::Reply::parse_bytes(&reply).is_ok(), "the node answers every request");
     }
+    // The same bytes as a boot recovery request (CONTROL 0x21): handed to
+    // the repository as they are, the reply framed back to the requester.
+    let key = anode_sec::Identity::from_seed(&[5; 32]).public();
+    let to: SocketAddr = ([127, 0, 0, 1], 9).into();
+    let mut out = Outbox::default();
+    n.serve_recovery(Box::new(|req| req.first().map(|_| req.to_vec())));
+    n.recovery_request(Some(key), Some(to), 0, data, 1, &mut out);
+    for t in &out.transmits {
+        let f = anep::Packet::new_checked(out.bytes(&t.data, &[])).expect("a reply is a valid frame");
+        assert_eq!(f.payload().split_first(), Some((&crate::core::RECOVERY_OP, data)));
+    }
     if let Ok(m) = anode_wire::control::Message::parse(data) {
         let mut v = Vec::new();
         assert!(m.emit(&mut v).is_ok(), "a parsed message emits");

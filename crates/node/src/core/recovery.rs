@@ -113,7 +113,7 @@ impl Node {
 
     /// A recovery request `msg` (the body after [`RECOVERY_OP`]) from
     /// `from`, whose SA ends at `to`.
-    pub(super) fn recovery_request(
+    pub(crate) fn recovery_request(
         &mut self,
         from: Option<anode_sec::PublicKey>,
         to: Option<SocketAddr>,
