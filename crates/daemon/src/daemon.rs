@@ -293,44 +293,6 @@ fn local_sockets(cfg: &NodeConfig) -> Result<(PathBuf, Socket, UnixListener, Soc
     Ok((run_dir, app, control, files))
 }
 
-/// The `boot` section of `status`: policy, metadata versions, and each
-/// component's verdict, layer by layer.
-pub fn boot_json(nb: &anode_boot::fsio::NodeBoot) -> serde_json::Value {
-    use anode_boot::Verdict;
-    let c = &nb.chain;
-    let components: Vec<serde_json::Value> = c
-        .report()
-        .iter()
-        .map(|r| {
-            let why = match &r.verdict {
-                Verdict::Verified => None,
-                Verdict::Recovered { source, local } => Some(format!("{local}; good copy from {source}")),
-                Verdict::Skipped { error, recovery } => Some(format!("{error}; {recovery}")),
-                Verdict::Failed(e) => Some(e.to_string()),
-            };
-            serde_json::json!({"layer": r.name.layer.name(), "name": r.name.target(), "length": r.length,
-                               "verdict": r.verdict.word(), "why": why})
-        })
-        .collect();
-    let count = |w: &str| c.report().iter().filter(|r| r.verdict.word() == w).count();
-    let roles: serde_json::Map<String, serde_json::Value> = c
-        .roles()
-        .iter()
-        .map(|r| (r.role.to_string(), serde_json::json!({"version": r.version, "expires": r.expires.to_string()})))
-        .collect();
-    serde_json::json!({
-        "node": c.node(),
-        "policy": nb.config.policy.name(),
-        "degraded": c.degraded(),
-        "verified": count("verified"),
-        "recovered": count("recovered"),
-        "skipped": count("skipped"),
-        "events": nb.events.len(),
-        "metadata": roles,
-        "components": components,
-    })
-}
-
 impl Daemon {
     /// Binds every socket of the node described by `cfg` (interfaces first,
     /// so a port in use fails before the run directory is touched), then
@@ -433,7 +395,7 @@ impl Daemon {
             last_report: started,
             stopping: false,
             _files: socket_files,
-            boot: opts.boot.as_deref().map(boot_json),
+            boot: opts.boot.as_deref().map(crate::files::boot_json),
         };
         if d.node.rcane_on() {
             let file = d.run_dir.join("ledger.db");

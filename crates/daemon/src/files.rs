@@ -75,6 +75,44 @@ impl StartFiles<'_> {
     }
 }
 
+/// The `boot` section of `status`: policy, metadata versions, and each
+/// component's verdict, layer by layer.
+pub fn boot_json(nb: &anode_boot::fsio::NodeBoot) -> serde_json::Value {
+    use anode_boot::Verdict;
+    let c = &nb.chain;
+    let components: Vec<serde_json::Value> = c
+        .report()
+        .iter()
+        .map(|r| {
+            let why = match &r.verdict {
+                Verdict::Verified => None,
+                Verdict::Recovered { source, local } => Some(format!("{local}; good copy from {source}")),
+                Verdict::Skipped { error, recovery } => Some(format!("{error}; {recovery}")),
+                Verdict::Failed(e) => Some(e.to_string()),
+            };
+            serde_json::json!({"layer": r.name.layer.name(), "name": r.name.target(), "length": r.length,
+                               "verdict": r.verdict.word(), "why": why})
+        })
+        .collect();
+    let count = |w: &str| c.report().iter().filter(|r| r.verdict.word() == w).count();
+    let roles: serde_json::Map<String, serde_json::Value> = c
+        .roles()
+        .iter()
+        .map(|r| (r.role.to_string(), serde_json::json!({"version": r.version, "expires": r.expires.to_string()})))
+        .collect();
+    serde_json::json!({
+        "node": c.node(),
+        "policy": nb.config.policy.name(),
+        "degraded": c.degraded(),
+        "verified": count("verified"),
+        "recovered": count("recovered"),
+        "skipped": count("skipped"),
+        "events": nb.events.len(),
+        "metadata": roles,
+        "components": components,
+    })
+}
+
 /// Reads and validates a node configuration file and its topology file;
 /// errors name the file at fault. Relative `run_dir` and `routes.topology`
 /// paths are resolved against the configuration file's directory.
