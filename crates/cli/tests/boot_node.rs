@@ -383,7 +383,16 @@ fn a_switchlet_is_recovered_from_a_peer_node_over_its_sa() {
         out.contains(&format!("recovered b/switchlets/mods/channel.wasm from peer 127.0.0.1:{}", bed.ports[0])),
         "{out}"
     );
-    // The node itself, at start, as its own (verified) key.
+    // A peer serving a bad copy: the copy fails verification, recover
+    // refuses to start, nothing is stored.
+    let repo_copy = bed.p("repo/targets/b/switchlets/mods/channel.wasm");
+    let repo_good = bed.corrupt(&repo_copy);
+    let (code, log) = bed.boot_b().map(|_| ()).expect_err("a bad copy from the peer");
+    assert_eq!(code, Some(3), "{log}");
+    assert!(log.contains("boot chain refused") && log.contains("channel.wasm"), "{log}");
+    assert_ne!(std::fs::read(bed.module()).expect("module"), good, "nothing stored");
+    std::fs::write(&repo_copy, repo_good).expect("restore the repository");
+    // The node itself, at start, as its recovery key.
     let n = bed.boot_b().unwrap_or_else(|(c, log)| panic!("exit {c:?}:\n{log}"));
     let st = n.status();
     assert!(verdicts(&st).contains(&("b/switchlets/mods/channel.wasm".into(), "recovered".into())), "{st}");
@@ -391,7 +400,7 @@ fn a_switchlet_is_recovered_from_a_peer_node_over_its_sa() {
     assert_eq!(std::fs::read(bed.module()).expect("module"), good);
     let served = a.status()["recovery"]["served"].as_u64().unwrap_or(0);
     let chunks = good.len().div_ceil(1024) as u64;
-    assert!(served >= 2 * chunks, "a served {served} requests for two fetches of {chunks} chunks");
+    assert!(served >= 3 * chunks, "a served {served} requests for three fetches of {chunks} chunks");
 }
 
 #[test]
