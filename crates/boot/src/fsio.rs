@@ -255,7 +255,7 @@ impl MirrorSource {
     /// What the repository holds under a (validated) resource name.
     fn load(&mut self, name: &str) -> Option<Result<Vec<u8>, ()>> {
         match read_bounded(&self.path(name), self.max) {
-            Ok(Some(b)) if b.starts_with(anode_sec::identity::SECRET_TAG.as_bytes()) => Some(Err(())),
+            Ok(Some(b)) if crate::layer::is_secret_file(&b) => Some(Err(())),
             Ok(Some(b)) => Some(Ok(b)),
             _ => None,
         }
@@ -428,6 +428,18 @@ mod tests {
         std::fs::remove_file(&file).expect("remove");
         let req = Repr::Fetch { id: 4, offset: 0, max: 1024, name: "b/switchlets/m.wasm" }.to_vec();
         assert!(matches!(parse(&m.exchange(&req).expect("reply")), Ok(Repr::Error { .. })), "gone: not found");
+        // Secrets are never served: a node key or a domain secret put there by mistake.
+        for (i, secret) in [anode_sec::identity::SECRET_TAG, anode_sec::domain::SECRET_TAG].iter().enumerate() {
+            write_atomic(&dir.join("targets/b/keys/s"), format!("{secret} 00\n").as_bytes()).expect("write");
+            let req = Repr::Fetch { id: 5 + i as u32, offset: 0, max: 1024, name: "b/keys/s" }.to_vec();
+            assert!(
+                matches!(
+                    parse(&m.exchange(&req).expect("reply")),
+                    Ok(Repr::Error { code: crate::recovery::ErrorCode::Refused, .. })
+                ),
+                "{secret}"
+            );
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

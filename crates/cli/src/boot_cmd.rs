@@ -250,6 +250,9 @@ fn components(a: &SignArgs) -> Result<Vec<(ComponentName, PathBuf)>> {
     if let Some(k) = cfg.security.as_ref().filter(|s| s.enabled).and_then(|s| s.key.as_ref()) {
         add(Layer::Keys, k)?;
     }
+    if let Some(d) = &cfg.domain {
+        add(Layer::Keys, &d.secret)?;
+    }
     if let Some(m) = &cfg.modules {
         for s in &m.sessions {
             add(Layer::Keys, &s.credential)?;

@@ -512,6 +512,9 @@ impl Daemon {
             if let Some(r) = self.node.recovery_json() {
                 o.insert("recovery".into(), r);
             }
+            if let Some(d) = self.node.kdc_json() {
+                o.insert("domain".into(), d);
+            }
             o.insert("address".into(), json!(self.node.address().to_string()));
             o.insert("uptime_s".into(), json!(self.started.elapsed().as_secs_f64()));
             o.insert("mtu".into(), json!(self.cfg.mtu));

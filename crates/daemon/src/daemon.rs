@@ -210,6 +210,9 @@ fn build_node(
         None => None,
     };
     let mut node = Node::with_security(cfg, topology, sec, 0).map_err(config)?;
+    if let Some(d) = cfg.domain.as_ref().filter(|d| d.kdc) {
+        node.enable_kdc(crate::files::domain_kdc(d, files)?, unix_ms_at_zero);
+    }
     if let Some(m) = &cfg.modules {
         let sb = anode_node::switchlets::sandbox(m, cfg.address, node.route_table()).map_err(config)?;
         node.enable_modules(sb, unix_ms_at_zero);

@@ -113,6 +113,29 @@ pub fn boot_json(nb: &anode_boot::fsio::NodeBoot) -> serde_json::Value {
     })
 }
 
+/// The key distribution service of `[domain]` `d`: its secret read from
+/// `files` (a file group or others can read is refused, as for node keys).
+///
+/// # Errors
+/// [`DaemonError::Domain`], or the secret's read error.
+pub fn domain_kdc(d: &anode_node::config::DomainConfig, files: StartFiles<'_>) -> Result<anode_sec::Kdc, DaemonError> {
+    use std::os::unix::fs::PermissionsExt;
+    let bad = |what: String| DaemonError::Domain(format!("secret {}: {what}", d.secret.display()));
+    let mode = std::fs::metadata(&d.secret).map_err(|e| bad(e.to_string()))?.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(bad(format!("accessible by group or others (mode {mode:o}); run `chmod 600`")));
+    }
+    let bytes = zeroize::Zeroizing::new(files.read_needed(&d.secret)?);
+    let secret = std::str::from_utf8(&bytes)
+        .ok()
+        .and_then(anode_sec::DomainKey::parse_secret)
+        .ok_or_else(|| bad(format!("not `{} <64 hex digits>`", anode_sec::domain::SECRET_TAG)))?;
+    let operator = anode_sec::PublicKey::parse(&d.operator).map_err(|e| DaemonError::Domain(e.to_string()))?;
+    let cfg = anode_sec::KdcConfig { epoch: d.epoch, max_lifetime_s: d.max_ticket_secs, ..Default::default() };
+    anode_sec::Kdc::new(anode_sec::DomainKey::new(operator, &secret), cfg, 0)
+        .map_err(|e| DaemonError::Domain(e.to_string()))
+}
+
 /// Reads and validates a node configuration file and its topology file;
 /// errors name the file at fault. Relative `run_dir` and `routes.topology`
 /// paths are resolved against the configuration file's directory.
@@ -151,6 +174,11 @@ pub fn load_config_from(path: &Path, files: StartFiles<'_>) -> Result<LoadedConf
         && k.is_relative()
     {
         sec.key = Some(base.join(k));
+    }
+    if let Some(d) = config.domain.as_mut()
+        && d.secret.is_relative()
+    {
+        d.secret = base.join(&d.secret);
     }
     let (mut topology_path, mut topology) = (None, None);
     if let Some(t) = &config.routes.topology {

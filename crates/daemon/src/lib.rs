@@ -187,6 +187,9 @@ pub enum DaemonError {
         /// Why.
         source: anode_boot::ChainError,
     },
+    /// The `[domain]` secret or service is unusable.
+    #[error("[domain]: {0}")]
+    Domain(String),
     /// A system call the event loop needs failed.
     #[error("{what}: {source}")]
     Sys {

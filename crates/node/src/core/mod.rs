@@ -18,11 +18,13 @@
 mod classify;
 mod control;
 mod data;
+mod kdc;
 mod modules;
 mod recovery;
 mod seal;
 mod sessions;
 
+pub use kdc::KDC_OP;
 pub use modules::LoadFailure;
 pub use recovery::{RECOVERY_OP, RecoveryCounters, RepoFn};
 pub use sessions::{
@@ -281,6 +283,8 @@ pub struct Node {
     pub(super) sched: Option<Box<sessions::Sched>>,
     /// Boot recovery served to peers.
     recovery: recovery::Recovery,
+    /// The domain's key distribution service.
+    kdc: kdc::KdcState,
 }
 
 impl Node {
@@ -354,6 +358,7 @@ impl Node {
             to_channels: Vec::new(),
             sched: None,
             recovery: recovery::Recovery::default(),
+            kdc: kdc::KdcState::default(),
         })
     }
 
