@@ -172,6 +172,8 @@ impl Source for PeerSource {
         }
         let r = self.ask(request);
         if r.is_none() {
+            // The next request opens a new SA (the peer may have restarted).
+            self.conn = None;
             tracing::warn!(peer = %self.addr, "boot recovery: no answer from the peer within {:?}", self.wait);
         }
         r
