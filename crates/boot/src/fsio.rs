@@ -53,10 +53,16 @@ pub struct BootConfig {
     /// (relative paths: to the boot directory).
     #[serde(default)]
     pub mirrors: Vec<PathBuf>,
-    /// Peer nodes (overlay addresses) to recover from over their security
-    /// associations; tried after the mirrors. Carried by the daemon.
+    /// Peer nodes to recover from over a security association, as UDP
+    /// endpoints (`host:port` of one of their interfaces); tried after the
+    /// mirrors. Used by `anode node --boot` (not by this crate).
     #[serde(default)]
     pub peers: Vec<String>,
+    /// The secret key file the node opens its recovery SAs with (relative:
+    /// to the boot directory). Not the node's own key: that is a verified
+    /// component, and a peer knows it as a neighbour, not as a user. Peers
+    /// must list its public key in `[security] users`. Needed with `peers`.
+    pub recovery_key: Option<PathBuf>,
     /// The node binary to verify (default: the running executable).
     pub binary: Option<PathBuf>,
     /// The node's base directory, which component names are relative to
@@ -213,12 +219,19 @@ impl BootIo for FsIo {
     }
 }
 
+/// A file's length and modification time: a cached copy is used only
+/// while they are unchanged.
+type Stamp = (u64, Option<SystemTime>);
+
 /// A local repository directory as a recovery source: answers recovery
-/// requests with the same protocol a peer node would, in process.
+/// requests with the same protocol a peer node would, in process. The file
+/// being fetched is cached (one request per chunk) for as long as its length
+/// and modification time do not change, so a repository updated while a
+/// node serves it is served as it is now.
 #[derive(Debug)]
 pub struct MirrorSource {
     dir: PathBuf,
-    cache: Option<(String, Vec<u8>)>,
+    cache: Option<(String, Stamp, Vec<u8>)>,
     max: u64,
 }
 
@@ -228,14 +241,21 @@ impl MirrorSource {
         MirrorSource { dir: dir.to_path_buf(), cache: None, max: Limits::default().component }
     }
 
-    /// What the repository holds under a (validated) resource name.
-    fn load(&mut self, name: &str) -> Option<Result<Vec<u8>, ()>> {
-        let path = match name.strip_prefix("metadata/") {
+    fn path(&self, name: &str) -> PathBuf {
+        match name.strip_prefix("metadata/") {
             Some(f) => self.dir.join("metadata").join(f),
             None => self.dir.join("targets").join(name),
-        };
-        match read_bounded(&path, self.max) {
-            Ok(Some(b)) if b.starts_with(anode_sec::identity::SECRET_TAG.as_bytes()) => Some(Err(())),
+        }
+    }
+
+    fn stamp(&self, name: &str) -> Option<Stamp> {
+        std::fs::metadata(self.path(name)).ok().map(|m| (m.len(), m.modified().ok()))
+    }
+
+    /// What the repository holds under a (validated) resource name.
+    fn load(&mut self, name: &str) -> Option<Result<Vec<u8>, ()>> {
+        match read_bounded(&self.path(name), self.max) {
+            Ok(Some(b)) if crate::layer::is_secret_file(&b) => Some(Err(())),
             Ok(Some(b)) => Some(Ok(b)),
             _ => None,
         }
@@ -251,15 +271,17 @@ impl Source for MirrorSource {
             Ok(crate::recovery::Repr::Fetch { name, .. }) => name.to_string(),
             _ => String::new(),
         };
-        if !name.is_empty() && self.cache.as_ref().is_none_or(|(n, _)| *n != name) {
+        let stamp = if name.is_empty() { None } else { self.stamp(&name) };
+        if stamp.is_some() && self.cache.as_ref().is_none_or(|(n, st, _)| *n != name || Some(*st) != stamp) {
             self.cache = None;
-            match self.load(&name) {
-                Some(Ok(b)) => self.cache = Some((name.clone(), b)),
-                Some(Err(())) => return serve(request, |_| Lookup::Refused),
-                None => {}
+            match (self.load(&name), stamp) {
+                (Some(Ok(b)), Some(st)) => self.cache = Some((name.clone(), st, b)),
+                (Some(Err(())), _) => return serve(request, |_| Lookup::Refused),
+                _ => {}
             }
         }
-        let found = self.cache.as_ref().filter(|(n, _)| *n == name).map(|(_, b)| b.as_slice());
+        let found =
+            self.cache.as_ref().filter(|(n, st, _)| *n == name && Some(*st) == stamp).map(|(_, _, b)| b.as_slice());
         serve(request, |_| found.map_or(Lookup::NotFound, Lookup::Found))
     }
 }
@@ -319,7 +341,23 @@ pub fn boot_node(
     commit: bool,
     extra: Vec<Box<dyn Source>>,
 ) -> Result<NodeBoot, FsBootError> {
+    boot_node_with(dir, base, now, commit, |_| Ok(extra))
+}
+
+/// [`boot_node`], the extra sources made by `extra` from the settings (the
+/// daemon's peers, from `peers` and `recovery_key`).
+///
+/// # Errors
+/// [`FsBootError`]: the node must not start (`Settings` if `extra` fails).
+pub fn boot_node_with(
+    dir: &Path,
+    base: &Path,
+    now: SystemTime,
+    commit: bool,
+    extra: impl FnOnce(&BootConfig) -> Result<Vec<Box<dyn Source>>, String>,
+) -> Result<NodeBoot, FsBootError> {
     let config = BootConfig::load(dir)?;
+    let extra = extra(&config).map_err(|reason| FsBootError::Settings { file: dir.join(SETTINGS), reason })?;
     let binary = match &config.binary {
         Some(b) => dir.join(b),
         None => std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe")),
@@ -341,4 +379,67 @@ pub fn boot_node(
     };
     let out = boot(&mut io, &mut sources, &params, now)?;
     Ok(NodeBoot { config, chain: out.chain, events: out.events, base })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_parse_with_their_defaults_and_refuse_what_they_do_not_know() {
+        let c = BootConfig::from_toml("node = \"b\"\n").expect("minimal");
+        assert_eq!(
+            (c.policy, c.max_attempts, c.request_timeout_ms, c.attempt_deadline_ms),
+            (Policy::Refuse, 3, 2_000, 30_000)
+        );
+        assert!(c.peers.is_empty() && c.recovery_key.is_none() && c.mirrors.is_empty());
+        let c = BootConfig::from_toml(
+            "node = \"b\"\npolicy = \"degraded\"\npeers = [\"127.0.0.1:7000\"]\nrecovery_key = \"r.key\"\n",
+        )
+        .expect("peers");
+        assert_eq!(c.peers, ["127.0.0.1:7000"]);
+        assert_eq!(c.recovery_key.as_deref(), Some(Path::new("r.key")));
+        assert_eq!(c.policy, Policy::Degraded);
+        for bad in ["", "node = \"b\"\nkey = 1\n", "node = \"b/c\"\n", "node = \"b\"\npolicy = \"maybe\"\n"] {
+            assert!(BootConfig::from_toml(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_mirror_serves_a_file_as_it_is_now_not_as_it_was_cached() {
+        use crate::recovery::{Repr, parse};
+        let dir = std::env::temp_dir().join(format!("anode-mirror-cache-{}", std::process::id()));
+        let file = dir.join("targets/b/switchlets/m.wasm");
+        write_atomic(&file, b"first copy").expect("write");
+        let mut m = MirrorSource::new(&dir);
+        let ask = |m: &mut MirrorSource, id| {
+            let req = Repr::Fetch { id, offset: 0, max: 1024, name: "b/switchlets/m.wasm" }.to_vec();
+            let reply = m.exchange(&req).expect("a reply");
+            match parse(&reply) {
+                Ok(Repr::Data { data, .. }) => data.to_vec(),
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(ask(&mut m, 1), b"first copy");
+        assert_eq!(ask(&mut m, 2), b"first copy", "cached");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        write_atomic(&file, b"other copy").expect("rewrite, same length");
+        assert_eq!(ask(&mut m, 3), b"other copy", "the cache follows the file");
+        std::fs::remove_file(&file).expect("remove");
+        let req = Repr::Fetch { id: 4, offset: 0, max: 1024, name: "b/switchlets/m.wasm" }.to_vec();
+        assert!(matches!(parse(&m.exchange(&req).expect("reply")), Ok(Repr::Error { .. })), "gone: not found");
+        // Secrets are never served: a node key or a domain secret put there by mistake.
+        for (i, secret) in [anode_sec::identity::SECRET_TAG, anode_sec::domain::SECRET_TAG].iter().enumerate() {
+            write_atomic(&dir.join("targets/b/keys/s"), format!("{secret} 00\n").as_bytes()).expect("write");
+            let req = Repr::Fetch { id: 5 + i as u32, offset: 0, max: 1024, name: "b/keys/s" }.to_vec();
+            assert!(
+                matches!(
+                    parse(&m.exchange(&req).expect("reply")),
+                    Ok(Repr::Error { code: crate::recovery::ErrorCode::Refused, .. })
+                ),
+                "{secret}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

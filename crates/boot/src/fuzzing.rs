@@ -103,5 +103,10 @@ pub fn metadata_seeds() -> Vec<Vec<u8>> {
     seeds.extend(made);
     seeds.push(crate::state::BootState { format: 1, root: 1, ..Default::default() }.to_bytes());
     seeds.push(b"node = \"b\"\npolicy = \"recover\"\nmirrors = [\"../repo\"]\n".to_vec());
+    seeds.push(
+        b"node = \"b\"\npolicy = \"degraded\"\nmirrors = []\npeers = [\"127.0.0.1:7000\"]\n\
+          recovery_key = \"recovery.key\"\nrequest_timeout_ms = 300\n"
+            .to_vec(),
+    );
     seeds
 }

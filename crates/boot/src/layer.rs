@@ -162,6 +162,13 @@ pub(crate) fn short(s: &str) -> String {
     format!("{}…", &s[..end])
 }
 
+/// Whether `bytes` are a secret file: a node's secret key or a domain
+/// secret. Secrets are verified like any component but never copied to a
+/// repository, served, or fetched.
+pub fn is_secret_file(bytes: &[u8]) -> bool {
+    [anode_sec::identity::SECRET_TAG, anode_sec::domain::SECRET_TAG].iter().any(|t| bytes.starts_with(t.as_bytes()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

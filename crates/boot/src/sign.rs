@@ -170,9 +170,9 @@ impl Targets {
     }
 
     /// Adds (or replaces) a component. A component of the keys layer whose
-    /// bytes are an anode secret key file is marked secret.
+    /// bytes are a secret file (a node key, a domain secret) is marked secret.
     pub fn add(&mut self, name: &ComponentName, bytes: &[u8]) -> Result<(), SignError> {
-        let secret = name.layer == Layer::Keys && bytes.starts_with(anode_sec::identity::SECRET_TAG.as_bytes());
+        let secret = name.layer == Layer::Keys && crate::layer::is_secret_file(bytes);
         let mut custom = HashMap::new();
         if secret {
             custom.insert(SECRET_FIELD.to_string(), serde_json::Value::Bool(true));

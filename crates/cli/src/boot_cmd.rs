@@ -110,6 +110,58 @@ pub struct VerifyArgs {
     /// Verify at this time (Unix seconds) instead of now.
     #[arg(long)]
     pub at: Option<u64>,
+    /// Also recover from this peer node (its UDP endpoint), which serves a
+    /// repository over an SA (`anode node --recovery-repo`); repeatable,
+    /// tried after the mirrors.
+    #[arg(long, value_name = "ADDR", requires = "peer_as")]
+    pub peer: Vec<std::net::SocketAddr>,
+    /// The secret key to open the SA with a peer as (a key the peer knows).
+    #[arg(long, value_name = "KEY")]
+    pub peer_as: Option<PathBuf>,
+    /// The peer's public key (hex, or a .pub/.key file): the handshake
+    /// fails unless the peer proves it.
+    #[arg(long, value_name = "KEY")]
+    pub peer_key: Option<String>,
+    /// Do not use boot.toml's mirrors (recover from --peer only).
+    #[arg(long)]
+    pub no_mirrors: bool,
+}
+
+/// The boot of `anode node --boot DIR --config CONFIG`: boot.toml's mirrors,
+/// then its `peers` (UDP endpoints of nodes serving recovery over an SA,
+/// opened as `recovery_key`). `commit`: store recovered copies and record
+/// the state.
+pub fn boot_at_start(dir: &Path, config: &Path, commit: bool) -> Result<anode_boot::fsio::NodeBoot> {
+    let base = config.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let nb = anode_boot::fsio::boot_node_with(dir, base, SystemTime::now(), commit, |cfg| {
+        if cfg.peers.is_empty() {
+            return Ok(Vec::new());
+        }
+        let key = cfg.recovery_key.as_ref().ok_or("peers need a recovery_key (a key the peers list as a user)")?;
+        let wait = Duration::from_millis(cfg.request_timeout_ms);
+        cfg.peers
+            .iter()
+            .map(|p| {
+                let addr: std::net::SocketAddr =
+                    p.parse().map_err(|_| format!("peers: {p:?} is not a UDP endpoint (host:port)"))?;
+                let who = Identity::load(&dir.join(key)).map_err(|e| format!("recovery_key: {e}"))?;
+                Ok(Box::new(crate::boot_peer::PeerSource::new(addr, None, who, wait)) as Box<dyn Source>)
+            })
+            .collect()
+    })?;
+    let count = |w: &str| nb.chain.report().iter().filter(|r| r.verdict.word() == w).count();
+    tracing::info!(
+        node = nb.config.node,
+        policy = nb.config.policy.name(),
+        verified = count("verified"),
+        recovered = count("recovered"),
+        skipped = count("skipped"),
+        "boot chain verified: the node starts on the verified bytes"
+    );
+    for r in nb.chain.report().iter().filter(|r| matches!(r.verdict, anode_boot::Verdict::Skipped { .. })) {
+        tracing::warn!(component = %r.name, "boot: degraded start without this component");
+    }
+    Ok(nb)
 }
 
 /// Runs `anode boot`.
@@ -198,7 +250,13 @@ fn components(a: &SignArgs) -> Result<Vec<(ComponentName, PathBuf)>> {
     if let Some(k) = cfg.security.as_ref().filter(|s| s.enabled).and_then(|s| s.key.as_ref()) {
         add(Layer::Keys, k)?;
     }
+    if let Some(d) = &cfg.domain {
+        add(Layer::Keys, &d.secret)?;
+    }
     if let Some(m) = &cfg.modules {
+        for s in &m.sessions {
+            add(Layer::Keys, &s.credential)?;
+        }
         for l in &m.loads {
             add(Layer::Keys, &l.credential)?;
             add(Layer::Switchlets, &l.file)?;
@@ -335,8 +393,20 @@ fn verify(a: &VerifyArgs) -> Result<ExitCode> {
         None => std::env::current_exe()?,
     };
     let mut io = FsIo::new(&a.boot, &base, &binary);
+    let mirrors = if a.no_mirrors { &[][..] } else { &cfg.mirrors[..] };
     let mut sources: Vec<Box<dyn Source>> =
-        cfg.mirrors.iter().map(|m| Box::new(MirrorSource::new(&a.boot.join(m))) as Box<dyn Source>).collect();
+        mirrors.iter().map(|m| Box::new(MirrorSource::new(&a.boot.join(m))) as Box<dyn Source>).collect();
+    if let Some(k) = &a.peer_as {
+        let expect = match &a.peer_key {
+            None => None,
+            Some(k) if Path::new(k).exists() => Some(crate::keys_cmd::public_of(Path::new(k))?),
+            Some(k) => Some(anode_sec::PublicKey::parse(k)?),
+        };
+        for p in &a.peer {
+            let wait = Duration::from_millis(cfg.request_timeout_ms);
+            sources.push(Box::new(crate::boot_peer::PeerSource::new(*p, expect, Identity::load(k)?, wait)));
+        }
+    }
     let params = BootParams {
         node: cfg.node.clone(),
         policy: cfg.policy,

@@ -17,8 +17,10 @@ use std::path::{Path, PathBuf};
 mod account_cmd;
 mod apps;
 mod boot_cmd;
+mod boot_peer;
 mod cred_cmd;
 mod demo;
+mod domain_cmd;
 mod experiment;
 mod keys_cmd;
 mod module_cmd;
@@ -78,6 +80,10 @@ enum Cmd {
     /// verify a node's chain layer by layer (verify).
     #[command(subcommand)]
     Boot(boot_cmd::BootCmd),
+    /// Administrative domains: make a domain secret; get a ticket from a
+    /// node's key distribution service.
+    #[command(subcommand)]
+    Domain(domain_cmd::DomainCmd),
     /// Start or stop a testbed of nodes from a topology file.
     #[command(subcommand)]
     Testbed(testbed::TestbedCmd),
@@ -183,6 +189,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Cmd::Account(a) => account_cmd::run(a),
         Cmd::Experiment(c) => experiment::run(c),
         Cmd::Boot(c) => boot_cmd::run(c),
+        Cmd::Domain(c) => domain_cmd::run(c),
     }
 }
 

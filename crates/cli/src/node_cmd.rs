@@ -30,6 +30,18 @@ pub struct NodeArgs {
     /// this CSV file (for the Fig. 11 experiment; see docs/rcane.md).
     #[arg(long, value_name = "FILE")]
     period_log: Option<PathBuf>,
+    /// Verified boot (docs/boot.md): before anything else, verify the node's
+    /// boot chain from this boot directory (its boot.toml, TUF metadata and
+    /// state) and start only on what verified: the config, topology, key,
+    /// modules and credentials are taken from the verified bytes, never read
+    /// again. A chain that does not verify (after recovery, as the policy
+    /// allows) stops the start with exit status 3.
+    #[arg(long, value_name = "DIR")]
+    boot: Option<PathBuf>,
+    /// Serve this repository directory (a boot mirror: metadata/ and
+    /// targets/) to peers over their SAs, for their boot recovery.
+    #[arg(long, value_name = "DIR")]
+    recovery_repo: Option<PathBuf>,
 }
 
 /// Arguments of `anode status`.
@@ -74,7 +86,18 @@ fn init_logging(filter: Option<&str>) -> Result<()> {
 /// Runs the daemon.
 pub fn run(a: NodeArgs) -> Result<ExitCode> {
     init_logging(a.log.as_deref())?;
-    let cfg = match daemon::load_config(&a.config) {
+    let boot = match &a.boot {
+        None => None,
+        Some(dir) => match crate::boot_cmd::boot_at_start(dir, &a.config, !a.check) {
+            Ok(nb) => Some(std::sync::Arc::new(nb)),
+            Err(e) => {
+                tracing::error!(boot = %dir.display(), "boot chain refused, the node does not start: {e:#}");
+                return Ok(ExitCode::from(3));
+            }
+        },
+    };
+    let files = boot.as_deref().map_or(daemon::StartFiles::Disk, daemon::StartFiles::Chain);
+    let cfg = match daemon::load_config_from(&a.config, files) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!("{e}");
@@ -90,12 +113,20 @@ pub fn run(a: NodeArgs) -> Result<ExitCode> {
         println!("run directory {}", daemon::run_dir_of(c).display());
         return Ok(ExitCode::SUCCESS);
     }
-    match daemon::run(&cfg, &Options { signals: true, period_log: a.period_log.clone() }) {
+    let opts =
+        Options { signals: true, period_log: a.period_log.clone(), boot, recovery_repo: a.recovery_repo.clone() };
+    // The chain (with the key's bytes) is dropped once the node is bound.
+    let r = daemon::Daemon::bind(&cfg.config, cfg.topology.as_ref(), &opts).and_then(|mut d| {
+        drop(opts);
+        d.run()
+    });
+    match r {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(e) => {
             tracing::error!("{}: {e}", cfg.path.display());
             Ok(ExitCode::from(match e {
                 DaemonError::Config { .. } | DaemonError::ReadFile { .. } => 2,
+                DaemonError::Boot { .. } => 3,
                 _ => 1,
             }))
         }
@@ -278,6 +309,38 @@ pub(crate) fn render(v: &Value) -> String {
             }
         }
     }
+    if let Some(b) = v.get("boot") {
+        let _ = writeln!(
+            s,
+            "\nboot chain: node {}  policy {}  verified {}  recovered {}  skipped {}{}",
+            text(b, "node"),
+            text(b, "policy"),
+            num(b, "verified"),
+            num(b, "recovered"),
+            num(b, "skipped"),
+            if b.get("degraded").and_then(Value::as_bool) == Some(true) { "  (DEGRADED start)" } else { "" }
+        );
+        let mut layer = "";
+        for c in b.get("components").and_then(Value::as_array).into_iter().flatten() {
+            if text(c, "layer") != layer {
+                layer = text(c, "layer");
+                let _ = writeln!(s, "  layer {layer}");
+            }
+            let why = c.get("why").and_then(Value::as_str).map(|w| format!("  ({w})")).unwrap_or_default();
+            let _ = writeln!(s, "    {:<10} {}{why}", text(c, "verdict"), text(c, "name"));
+        }
+    }
+    if let Some(r) = v.get("recovery") {
+        let _ = writeln!(
+            s,
+            "\nrecovery served: {}  rate limited {}  unauthenticated {}  no repository {}  unanswered {}",
+            num(r, "served"),
+            num(r, "rate_limited"),
+            num(r, "unauthenticated"),
+            num(r, "no_repository"),
+            num(r, "unanswered")
+        );
+    }
     if let Some(l) = v.get("local") {
         let ports: Vec<String> = l
             .get("ports")
@@ -332,5 +395,27 @@ mod tests {
         assert!(!s.contains("bad_port"), "{s}");
         assert!(s.contains("stack_underflow"), "{s}");
         assert!(s.contains("ports [7, 9]"), "{s}");
+        assert!(!s.contains("boot chain"), "no boot section without --boot: {s}");
+    }
+
+    #[test]
+    fn renders_the_boot_chain_layer_by_layer() {
+        let v: Value = serde_json::json!({
+            "boot": {"node": "b", "policy": "degraded", "degraded": true, "verified": 1, "recovered": 1, "skipped": 1,
+                     "components": [
+                         {"layer": "config", "name": "b/config/node.toml", "verdict": "verified", "why": null},
+                         {"layer": "switchlets", "name": "b/switchlets/m.wasm", "verdict": "recovered",
+                          "why": "hash; good copy from mirror /r"},
+                         {"layer": "switchlets", "name": "b/switchlets/n.wasm", "verdict": "skipped", "why": "gone"}]},
+            "recovery": {"serving": true, "served": 12, "rate_limited": 3}
+        });
+        let s = render(&v);
+        assert!(
+            s.contains("boot chain: node b  policy degraded  verified 1  recovered 1  skipped 1  (DEGRADED start)"),
+            "{s}"
+        );
+        assert!(s.contains("  layer config\n    verified   b/config/node.toml\n  layer switchlets\n"), "{s}");
+        assert!(s.contains("    recovered  b/switchlets/m.wasm  (hash; good copy from mirror /r)"), "{s}");
+        assert!(s.contains("recovery served: 12  rate limited 3"), "{s}");
     }
 }

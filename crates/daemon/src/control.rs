@@ -559,6 +559,15 @@ impl Daemon {
                 o.insert("rcane".into(), s);
             }
             o.insert("monitor".into(), self.tap_json());
+            if let Some(b) = &self.boot {
+                o.insert("boot".into(), b.clone());
+            }
+            if let Some(r) = self.node.recovery_json() {
+                o.insert("recovery".into(), r);
+            }
+            if let Some(d) = self.node.kdc_json() {
+                o.insert("domain".into(), d);
+            }
             o.insert("address".into(), json!(self.node.address().to_string()));
             o.insert("uptime_s".into(), json!(self.started.elapsed().as_secs_f64()));
             o.insert("mtu".into(), json!(self.cfg.mtu));

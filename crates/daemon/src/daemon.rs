@@ -4,7 +4,7 @@ use crate::app::app_listener;
 use crate::app::{AppClients, LocalLimits};
 use crate::control::{Conn, Listener};
 use crate::droplog::DropLog;
-use crate::files::{SocketFiles, bind_socket, prepare_run_dir, run_dir_of};
+use crate::files::{SocketFiles, StartFiles, bind_socket, prepare_run_dir, run_dir_of};
 use crate::udp::Rx;
 use crate::udp::send_transmits;
 use crate::{
@@ -47,6 +47,13 @@ pub struct Options {
     /// period records) to this CSV file, for experiments (Fig. 11). Written
     /// in batches, flushed every 100 ms and at exit.
     pub period_log: Option<PathBuf>,
+    /// The node's verified boot chain (`anode node --boot`): the key file,
+    /// modules and credentials read at start are taken from it, never read
+    /// again from their paths, and `status` shows its verdicts.
+    pub boot: Option<Arc<anode_boot::fsio::NodeBoot>>,
+    /// A repository directory (laid out as a boot mirror) served to peers
+    /// over their SAs for boot recovery (`CONTROL` body 0x21).
+    pub recovery_repo: Option<PathBuf>,
 }
 
 /// Daemon-level counters, beside the node's.
@@ -152,6 +159,9 @@ pub struct Daemon {
     pub(crate) _files: SocketFiles,
     /// The FLAME tap's export files, when `[monitor]` turns the tap on.
     pub(crate) tap: Option<crate::tap::TapFiles>,
+    /// The `boot` section of `status`: the verified chain the node started
+    /// from, if any (verdicts only; the chain's bytes are not kept).
+    pub(crate) boot: Option<serde_json::Value>,
 }
 
 impl core::fmt::Debug for Daemon {
@@ -167,17 +177,43 @@ impl core::fmt::Debug for Daemon {
 /// The node core for `cfg`: its identity when security is on, its sandbox
 /// when modules are on. Modules listed in the configuration are loaded later,
 /// through the core ([`Daemon::load_start_modules`]).
-fn build_node(cfg: &NodeConfig, topology: Option<&Topology>, unix_ms_at_zero: u64) -> Result<Node, DaemonError> {
+fn build_node(
+    cfg: &NodeConfig,
+    topology: Option<&Topology>,
+    unix_ms_at_zero: u64,
+    files: StartFiles<'_>,
+) -> Result<Node, DaemonError> {
     let config = |source| DaemonError::Config { file: "<config>".into(), source };
     let sec = match cfg.security.as_ref().filter(|s| s.enabled) {
         Some(s) => {
             let path = s.key.clone().ok_or(config(ConfigError::MissingKeyFile))?;
-            let identity = anode_sec::Identity::load(&path)?;
+            let identity = match files {
+                StartFiles::Disk => anode_sec::Identity::load(&path)?,
+                StartFiles::Chain(_) => {
+                    // The verified bytes; the file's mode is still checked.
+                    let io = |source| anode_sec::KeyError::Io { path: path.clone(), source };
+                    let mode =
+                        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).map_err(io)?.permissions());
+                    if mode & 0o077 != 0 {
+                        return Err(anode_sec::KeyError::Permissions { path, mode: mode & 0o777 }.into());
+                    }
+                    let bytes = files.read_needed(&path)?;
+                    let text = std::str::from_utf8(&bytes).map_err(|_| anode_sec::KeyError::Format {
+                        what: path.display().to_string(),
+                        kind: "secret",
+                        tag: anode_sec::identity::SECRET_TAG,
+                    })?;
+                    anode_sec::Identity::parse(text)?
+                }
+            };
             Some(anode_node::secure::SecurityInit { identity, unix_ms_at_zero })
         }
         None => None,
     };
     let mut node = Node::with_security(cfg, topology, sec, 0).map_err(config)?;
+    if let Some(d) = cfg.domain.as_ref().filter(|d| d.kdc) {
+        node.enable_kdc(crate::files::domain_kdc(d, files)?, unix_ms_at_zero);
+    }
     if let Some(m) = &cfg.modules {
         let sb = anode_node::switchlets::sandbox(m, cfg.address, node.route_table()).map_err(config)?;
         node.enable_modules(sb, unix_ms_at_zero);
@@ -272,11 +308,17 @@ impl Daemon {
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
         let started = Instant::now();
-        let node = build_node(cfg, topology, unix_ms_at_zero)?;
+        let files = opts.boot.as_deref().map_or(StartFiles::Disk, StartFiles::Chain);
+        let mut node = build_node(cfg, topology, unix_ms_at_zero, files)?;
+        if let Some(repo) = &opts.recovery_repo {
+            let mut mirror = anode_boot::fsio::MirrorSource::new(repo);
+            node.serve_recovery(Box::new(move |req| anode_boot::Source::exchange(&mut mirror, req)));
+            info!(repository = %repo.display(), "serving boot recovery to peers over their SAs");
+        }
         let (udp, listen) = bind_interfaces(cfg)?;
         let metrics = bind_metrics(cfg)?;
         let signals = if opts.signals { Some(signal_fd()?) } else { None };
-        let (run_dir, app, control, files) = local_sockets(cfg)?;
+        let (run_dir, app, control, socket_files) = local_sockets(cfg)?;
         let timer = TimerFd::new(ClockId::CLOCK_MONOTONIC, TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC)
             .map_err(sys("timerfd_create"))?;
         let event = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC).map_err(sys("eventfd"))?;
@@ -353,7 +395,8 @@ impl Daemon {
             droplog: DropLog::new(),
             last_report: started,
             stopping: false,
-            _files: files,
+            _files: socket_files,
+            boot: opts.boot.as_deref().map(crate::files::boot_json),
             tap: None,
         };
         if d.node.rcane_on() {
@@ -362,7 +405,7 @@ impl Daemon {
                 .map_err(|reason| DaemonError::Ledger { file, reason })?;
             d.ledger = Some((w, Instant::now()));
         }
-        d.load_start_modules()?;
+        d.load_start_modules(files)?;
         d.start_tap(unix_ms_at_zero)?;
         d.log_start();
         Ok(d)
@@ -371,25 +414,25 @@ impl Daemon {
     /// Loads the modules listed in `[modules] load`, through the same path
     /// as loads over the network (the core's `load_module`: one credential
     /// decision, the init actions carried out and sent, the same logs).
-    fn load_start_modules(&mut self) -> Result<(), DaemonError> {
+    fn load_start_modules(&mut self, files: StartFiles<'_>) -> Result<(), DaemonError> {
         let Some(m) = self.cfg.modules.clone() else { return Ok(()) };
         // The administrator's sessions first, so that their principals'
         // modules start in them.
         for (index, s) in m.sessions.iter().enumerate() {
             let err = |reason: String| DaemonError::StaticSession { index, reason };
             let (key, vps) = s.parsed(index).map_err(|e| err(e.to_string()))?;
-            let cred = std::fs::read(&s.credential)
-                .map_err(|source| DaemonError::ReadFile { file: s.credential.clone(), source })?;
+            let cred = files.read_needed(&s.credential)?;
             let now_ms = self.now_ms();
             let principal = anode_sandbox::PrincipalId(*key.as_bytes());
             let sid = self.node.open_static_session(principal, &cred, &vps, now_ms).map_err(|e| err(e.to_string()))?;
             info!(session = %sid, principal = %principal, vps = vps.len(), "session opened from the config");
         }
         for l in &m.loads {
-            let code =
-                std::fs::read(&l.file).map_err(|source| DaemonError::ReadFile { file: l.file.clone(), source })?;
-            let cred = std::fs::read(&l.credential)
-                .map_err(|source| DaemonError::ReadFile { file: l.credential.clone(), source })?;
+            let Some(code) = files.read(&l.file)? else {
+                warn!(file = %l.file.display(), "module not loaded: the degraded boot left it out");
+                continue;
+            };
+            let cred = files.read_needed(&l.credential)?;
             let spec = anode_sandbox::LoadSpec {
                 code: &code,
                 credential: Some(&cred),

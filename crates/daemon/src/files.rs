@@ -24,14 +24,128 @@ pub struct LoadedConfig {
     pub topology: Option<Topology>,
 }
 
-fn read(path: &Path) -> Result<String, DaemonError> {
-    std::fs::read_to_string(path).map_err(|source| DaemonError::ReadFile { file: path.to_path_buf(), source })
+/// Where the files read at start come from: the filesystem, or a verified
+/// boot chain (`anode node --boot`), whose bytes are used instead of
+/// reading the path again.
+#[derive(Debug, Clone, Copy)]
+pub enum StartFiles<'a> {
+    /// Read each file from its path.
+    Disk,
+    /// Take each file's verified bytes from the chain.
+    Chain(&'a anode_boot::fsio::NodeBoot),
+}
+
+impl StartFiles<'_> {
+    /// The bytes of `path`: `Ok(None)` for a component a degraded start left
+    /// out.
+    ///
+    /// # Errors
+    /// [`DaemonError::ReadFile`] from the disk; [`DaemonError::Boot`] for a
+    /// file the chain does not hold (unsigned).
+    pub fn read(self, path: &Path) -> Result<Option<Vec<u8>>, DaemonError> {
+        match self {
+            StartFiles::Disk => std::fs::read(path)
+                .map(Some)
+                .map_err(|source| DaemonError::ReadFile { file: path.to_path_buf(), source }),
+            StartFiles::Chain(nb) => match nb.read(path) {
+                Ok(b) => Ok(Some(b.to_vec())),
+                Err(anode_boot::ChainError::Skipped(_)) => Ok(None),
+                Err(source) => Err(DaemonError::Boot { file: path.to_path_buf(), source }),
+            },
+        }
+    }
+
+    /// The bytes of `path`, which no start may leave out.
+    ///
+    /// # Errors
+    /// As [`StartFiles::read`], and [`DaemonError::Boot`] for a skipped one.
+    pub fn read_needed(self, path: &Path) -> Result<Vec<u8>, DaemonError> {
+        self.read(path)?.ok_or_else(|| DaemonError::Boot {
+            file: path.to_path_buf(),
+            source: anode_boot::ChainError::Skipped(path.display().to_string()),
+        })
+    }
+
+    /// The text of `path`.
+    fn read_text(self, path: &Path) -> Result<String, DaemonError> {
+        String::from_utf8(self.read_needed(path)?).map_err(|_| DaemonError::ReadFile {
+            file: path.to_path_buf(),
+            source: io::Error::new(io::ErrorKind::InvalidData, "not UTF-8"),
+        })
+    }
+}
+
+/// The `boot` section of `status`: policy, metadata versions, and each
+/// component's verdict, layer by layer.
+pub fn boot_json(nb: &anode_boot::fsio::NodeBoot) -> serde_json::Value {
+    use anode_boot::Verdict;
+    let c = &nb.chain;
+    let components: Vec<serde_json::Value> = c
+        .report()
+        .iter()
+        .map(|r| {
+            let why = match &r.verdict {
+                Verdict::Verified => None,
+                Verdict::Recovered { source, local } => Some(format!("{local}; good copy from {source}")),
+                Verdict::Skipped { error, recovery } => Some(format!("{error}; {recovery}")),
+                Verdict::Failed(e) => Some(e.to_string()),
+            };
+            serde_json::json!({"layer": r.name.layer.name(), "name": r.name.target(), "length": r.length,
+                               "verdict": r.verdict.word(), "why": why})
+        })
+        .collect();
+    let count = |w: &str| c.report().iter().filter(|r| r.verdict.word() == w).count();
+    let roles: serde_json::Map<String, serde_json::Value> = c
+        .roles()
+        .iter()
+        .map(|r| (r.role.to_string(), serde_json::json!({"version": r.version, "expires": r.expires.to_string()})))
+        .collect();
+    serde_json::json!({
+        "node": c.node(),
+        "policy": nb.config.policy.name(),
+        "degraded": c.degraded(),
+        "verified": count("verified"),
+        "recovered": count("recovered"),
+        "skipped": count("skipped"),
+        "events": nb.events.len(),
+        "metadata": roles,
+        "components": components,
+    })
+}
+
+/// The key distribution service of `[domain]` `d`: its secret read from
+/// `files` (a file group or others can read is refused, as for node keys).
+///
+/// # Errors
+/// [`DaemonError::Domain`], or the secret's read error.
+pub fn domain_kdc(d: &anode_node::config::DomainConfig, files: StartFiles<'_>) -> Result<anode_sec::Kdc, DaemonError> {
+    use std::os::unix::fs::PermissionsExt;
+    let bad = |what: String| DaemonError::Domain(format!("secret {}: {what}", d.secret.display()));
+    let mode = std::fs::metadata(&d.secret).map_err(|e| bad(e.to_string()))?.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(bad(format!("accessible by group or others (mode {mode:o}); run `chmod 600`")));
+    }
+    let bytes = zeroize::Zeroizing::new(files.read_needed(&d.secret)?);
+    let secret = std::str::from_utf8(&bytes)
+        .ok()
+        .and_then(anode_sec::DomainKey::parse_secret)
+        .ok_or_else(|| bad(format!("not `{} <64 hex digits>`", anode_sec::domain::SECRET_TAG)))?;
+    let operator = anode_sec::PublicKey::parse(&d.operator).map_err(|e| DaemonError::Domain(e.to_string()))?;
+    let cfg = anode_sec::KdcConfig { epoch: d.epoch, max_lifetime_s: d.max_ticket_secs, ..Default::default() };
+    anode_sec::Kdc::new(anode_sec::DomainKey::new(operator, &secret), cfg, 0)
+        .map_err(|e| DaemonError::Domain(e.to_string()))
 }
 
 /// Reads and validates a node configuration file and its topology file;
 /// errors name the file at fault. Relative `run_dir` and `routes.topology`
 /// paths are resolved against the configuration file's directory.
 pub fn load_config(path: &Path) -> Result<LoadedConfig, DaemonError> {
+    load_config_from(path, StartFiles::Disk)
+}
+
+/// [`load_config`], the configuration and topology taken from `files`.
+pub fn load_config_from(path: &Path, files: StartFiles<'_>) -> Result<LoadedConfig, DaemonError> {
+    let read = |p: &Path| files.read_text(p);
     let mut config = NodeConfig::from_toml(&read(path)?)
         .map_err(|source| DaemonError::Config { file: path.to_path_buf(), source })?;
     let base = path.parent().unwrap_or(Path::new("."));
@@ -74,6 +188,11 @@ pub fn load_config(path: &Path) -> Result<LoadedConfig, DaemonError> {
         && k.is_relative()
     {
         sec.key = Some(base.join(k));
+    }
+    if let Some(d) = config.domain.as_mut()
+        && d.secret.is_relative()
+    {
+        d.secret = base.join(&d.secret);
     }
     let (mut topology_path, mut topology) = (None, None);
     if let Some(t) = &config.routes.topology {

@@ -51,7 +51,7 @@ pub use app::LocalLimits;
 pub use control::{MAX_REQUEST, query};
 pub use daemon::{Daemon, LocalStats, Options, Stopper, TimerStats};
 pub use droplog::DROP_LOG_INTERVAL;
-pub use files::{LoadedConfig, default_run_dir, load_config, run_dir_of};
+pub use files::{LoadedConfig, StartFiles, default_run_dir, load_config, load_config_from, run_dir_of};
 
 use anode_node::config::ConfigError;
 use nix::errno::Errno;
@@ -182,6 +182,19 @@ pub enum DaemonError {
         /// The I/O error.
         source: io::Error,
     },
+    /// A file needed at start is not usable from the verified boot chain:
+    /// not signed (`NotInChain`), or left out by a degraded start where it
+    /// cannot be.
+    #[error("boot chain: {}: {source}", file.display())]
+    Boot {
+        /// The file.
+        file: PathBuf,
+        /// Why.
+        source: anode_boot::ChainError,
+    },
+    /// The `[domain]` secret or service is unusable.
+    #[error("[domain]: {0}")]
+    Domain(String),
     /// A system call the event loop needs failed.
     #[error("{what}: {source}")]
     Sys {

@@ -160,6 +160,9 @@ pub enum ConfigError {
     /// `[monitor] interfaces` names an interface the node does not have.
     #[error("[monitor] interfaces: no [[interface]] is named {0:?}")]
     MonitorUnknownInterface(String),
+    /// A `[domain]` setting is invalid.
+    #[error("[domain] {0}")]
+    Domain(&'static str),
 }
 
 /// Which key of the configuration a [`ConfigError::BadKey`] is about.
@@ -175,6 +178,8 @@ pub enum KeyField {
     SessionPrincipal(usize),
     /// `[monitor] admin_key`.
     MonitorAdminKey,
+    /// `[domain] operator`.
+    DomainOperator,
 }
 
 impl core::fmt::Display for KeyField {
@@ -185,6 +190,7 @@ impl core::fmt::Display for KeyField {
             KeyField::User(i) => write!(f, "[security] users[{i}]"),
             KeyField::SessionPrincipal(i) => write!(f, "[[modules.session]] #{i} principal"),
             KeyField::MonitorAdminKey => f.write_str("[monitor] admin_key"),
+            KeyField::DomainOperator => f.write_str("[domain] operator"),
         }
     }
 }
@@ -407,6 +413,37 @@ impl SecurityConfig {
     pub fn default_mode(&self) -> Result<anode_sec::Mode, ConfigError> {
         parse_mode(ModeField::Security, self.mode.as_deref(), anode_sec::Mode::Encrypt)
     }
+}
+
+fn epoch_one() -> u32 {
+    1
+}
+
+fn default_ticket_secs() -> u64 {
+    300
+}
+
+/// The `[domain]` section: the node's administrative domain (SANE §4.7,
+/// `docs/security.md`). With it, the node serves the domain's key
+/// distribution service over its SAs (`CONTROL` body `0x22`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DomainConfig {
+    /// The domain operator's Ed25519 public key: names the domain and roots
+    /// the credentials the service accepts.
+    pub operator: String,
+    /// The domain secret file (`anode-domain-secret-v1 <64 hex digits>`,
+    /// mode 0600; relative paths: to the config file).
+    pub secret: PathBuf,
+    /// The current key epoch (from 1).
+    #[serde(default = "epoch_one")]
+    pub epoch: u32,
+    /// Serve the key distribution service (tickets over SAs).
+    #[serde(default = "yes")]
+    pub kdc: bool,
+    /// Longest ticket lifetime, seconds (1..=86400).
+    #[serde(default = "default_ticket_secs")]
+    pub max_ticket_secs: u64,
 }
 
 /// The `[modules]` section: the sandbox for switchlets and capsules.
@@ -736,6 +773,9 @@ pub struct NodeConfig {
     /// Authentication between nodes (off when the section is absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub security: Option<SecurityConfig>,
+    /// The node's administrative domain (none when the section is absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain: Option<DomainConfig>,
     /// Switchlets and capsules (off when the section is absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub modules: Option<ModulesConfig>,
@@ -760,6 +800,7 @@ impl NodeConfig {
             interfaces: Vec::new(),
             routes: RoutesConfig::default(),
             security: None,
+            domain: None,
             modules: None,
             monitor: None,
             local: LocalConfig::default(),
@@ -883,6 +924,18 @@ impl NodeConfig {
             }
             if sec.handshake_rate == 0 {
                 return Err(ConfigError::ZeroSecuritySetting("handshake_rate"));
+            }
+        }
+        if let Some(d) = &self.domain {
+            parse_key(KeyField::DomainOperator, &d.operator)?;
+            if !self.security_enabled() {
+                return Err(ConfigError::Domain("needs [security] on: the key distribution service answers over SAs"));
+            }
+            if d.epoch == 0 {
+                return Err(ConfigError::Domain("epoch must be at least 1"));
+            }
+            if !(1..=86_400).contains(&d.max_ticket_secs) {
+                return Err(ConfigError::Domain("max_ticket_secs must be 1..=86400"));
             }
         }
         Ok(())
@@ -1219,5 +1272,33 @@ link = [{ a = "a", b = "b" }, { a = "b", b = "c" }, { a = "c", b = "d" }, { a = 
                 .is_err()
         );
         assert_eq!(t.next_hops(a(9)), Err(ConfigError::NotInTopology(a(9))));
+    }
+
+    #[test]
+    fn a_domain_section_needs_security_a_valid_operator_and_sane_settings() {
+        let op = anode_sec::Identity::from_seed(&[3; 32]).public().to_string();
+        let peer = anode_sec::Identity::from_seed(&[4; 32]).public().to_string();
+        let cfg = |sec: bool, domain: &str| {
+            let mut t = "address = \"10.0.0.1\"\n[[interface]]\nname = \"x\"\nlisten = \"127.0.0.1:1\"\n\
+                         neighbors = [{ address = \"10.0.0.2\", endpoint = \"127.0.0.1:2\", key = \"PEER\" }]\n"
+                .replace("PEER", &peer);
+            if sec {
+                t.push_str("[security]\nkey = \"n.key\"\n");
+            }
+            t.push_str("[domain]\n");
+            t.push_str(domain);
+            NodeConfig::from_toml(&t)
+        };
+        let ok = format!("operator = \"{op}\"\nsecret = \"d.secret\"\n");
+        let c = cfg(true, &ok).expect("valid");
+        let d = c.domain.expect("domain");
+        assert_eq!((d.epoch, d.kdc, d.max_ticket_secs), (1, true, 300));
+        assert!(matches!(cfg(false, &ok), Err(ConfigError::Domain(m)) if m.contains("[security]")));
+        assert!(matches!(cfg(true, "operator = \"00\"\nsecret = \"d\"\n"), Err(ConfigError::BadKey { .. })));
+        assert!(matches!(cfg(true, &format!("{ok}epoch = 0\n")), Err(ConfigError::Domain(_))));
+        assert!(matches!(cfg(true, &format!("{ok}max_ticket_secs = 0\n")), Err(ConfigError::Domain(_))));
+        assert!(matches!(cfg(true, &format!("{ok}max_ticket_secs = 86401\n")), Err(ConfigError::Domain(_))));
+        assert!(matches!(cfg(true, &format!("{ok}color = 1\n")), Err(ConfigError::Syntax(_))));
+        assert!(matches!(cfg(true, "operator = \"x\"\n"), Err(ConfigError::Syntax(_))), "secret is required");
     }
 }

@@ -254,9 +254,21 @@ pub fn config(data: &[u8]) {
         return;
     }
     if let Ok(cfg) = NodeConfig::from_toml(text) {
-        let n = Node::new(&cfg, None).expect("a configuration that validates builds a node");
-        assert_eq!(n.counters.ifaces.len(), cfg.interfaces.len());
-        assert_eq!(n.address(), cfg.address);
+        // With security on, the node needs an identity (a fixed one here).
+        let sec = cfg.security_enabled().then(|| crate::secure::SecurityInit {
+            identity: anode_sec::Identity::from_seed(&[9; 32]),
+            unix_ms_at_zero: 0,
+        });
+        match Node::with_security(&cfg, None, sec, 0) {
+            Ok(n) => {
+                assert_eq!(n.counters.ifaces.len(), cfg.interfaces.len());
+                assert_eq!(n.address(), cfg.address);
+            }
+            // Only the security layer can refuse what validated: e.g. the
+            // node's own key listed as a neighbour's.
+            Err(crate::config::ConfigError::Links(_)) if cfg.security_enabled() => {}
+            Err(e) => panic!("a configuration that validates builds a node: {e}"),
+        }
     }
     if let Ok(topo) = Topology::from_toml(text) {
         check_topology(&topo);
@@ -324,6 +336,17 @@ pub fn control(data: &[u8]) {
     if n.enable_rcane(anode_sched::RcaneConfig::default(), 0).is_ok() {
         let reply = n.session_request(anode_sandbox::PrincipalId([3; 32]), data, 1);
         assert!(anode_sched::wire::Reply::parse_bytes(&reply).is_ok(), "the node answers every request");
+    }
+    // The same bytes as a boot recovery request (CONTROL 0x21): handed to
+    // the repository as they are, the reply framed back to the requester.
+    let key = anode_sec::Identity::from_seed(&[5; 32]).public();
+    let to: SocketAddr = ([127, 0, 0, 1], 9).into();
+    let mut out = Outbox::default();
+    n.serve_recovery(Box::new(|req| req.first().map(|_| req.to_vec())));
+    n.recovery_request(Some(key), Some(to), 0, data, 1, &mut out);
+    for t in &out.transmits {
+        let f = anep::Packet::new_checked(out.bytes(&t.data, &[])).expect("a reply is a valid frame");
+        assert_eq!(f.payload().split_first(), Some((&crate::core::RECOVERY_OP, data)));
     }
     if let Ok(m) = anode_wire::control::Message::parse(data) {
         let mut v = Vec::new();

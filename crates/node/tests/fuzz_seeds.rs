@@ -101,6 +101,12 @@ link = [
 ]
 "#;
 
+/// A node of an administrative domain (`[domain]`, with security on).
+const DOMAIN: &str = "address = \"10.0.0.1\"\n[[interface]]\nname = \"x\"\nlisten = \"127.0.0.1:7000\"\n\
+    [security]\nkey = \"n.key\"\n[domain]\n\
+    operator = \"edfab70325ff07ab2bde8a6e3fa5d2c8c53ad3d0ba4cc0bfe6f1cb9e8e1b1a5c\"\n\
+    secret = \"d.secret\"\nepoch = 2\nkdc = true\nmax_ticket_secs = 120\n";
+
 const MODULES_SESSIONS: &str = include_str!("../../../fuzz/seeds/node_config/modules_sessions");
 /// A `[monitor]` section (the FLAME tap) for the configuration seeds.
 const MONITOR: &str = "[monitor]\nenabled = true\nadmin_key = \"3981782f1d32f1d6fbd807c7b02acb1cc8f09743e1b49d15d0b7a984d65474c0\"\n\
@@ -114,6 +120,7 @@ fn config_seeds() -> Vec<(&'static str, Vec<u8>)> {
         ("minimal", b"address = \"10.0.0.1\"\n[[interface]]\nname = \"eth0\"\nlisten = \"0.0.0.0:7000\"\n".to_vec()),
         ("modules_sessions", MODULES_SESSIONS.as_bytes().to_vec()),
         ("node_monitor", format!("{NODE}\n{MONITOR}").into_bytes()),
+        ("domain", DOMAIN.as_bytes().to_vec()),
     ]
 }
 

@@ -32,6 +32,14 @@ impl Node {
         now_ms: u64,
         out: &mut Outbox,
     ) {
+        if let Some((&super::RECOVERY_OP, msg)) = body.split_first() {
+            self.recovery_request(from, to, iface, msg, now_ms, out);
+            return;
+        }
+        if let Some((&super::KDC_OP, msg)) = body.split_first() {
+            self.kdc_request(from, to, iface, msg, now_ms, out);
+            return;
+        }
         if body.first().is_some_and(|op| (0x10..=0x1f).contains(op)) {
             let reply = match from {
                 Some(key) => self.session_request(PrincipalId(*key.as_bytes()), body, now_ms),

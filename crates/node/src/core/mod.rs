@@ -18,12 +18,16 @@
 mod classify;
 mod control;
 mod data;
+mod kdc;
 mod modules;
+mod recovery;
 mod seal;
 mod sessions;
 mod tap;
 
+pub use kdc::KDC_OP;
 pub use modules::LoadFailure;
+pub use recovery::{RECOVERY_OP, RecoveryCounters, RepoFn};
 pub use sessions::{
     BE_POOL, DEFAULT_SESSION_GRACE_MS, DEFAULT_TX_BYTES_PER_SEC, RcaneSetupError, SchedCounters, StaticSessionError,
 };
@@ -281,6 +285,10 @@ pub struct Node {
     pub(super) sched: Option<Box<sessions::Sched>>,
     /// The FLAME tap, when `[monitor]` turns it on.
     tap: Option<Box<tap::Tap>>,
+    /// Boot recovery served to peers.
+    recovery: recovery::Recovery,
+    /// The domain's key distribution service.
+    kdc: kdc::KdcState,
 }
 
 impl Node {
@@ -354,6 +362,8 @@ impl Node {
             to_channels: Vec::new(),
             sched: None,
             tap: None,
+            recovery: recovery::Recovery::default(),
+            kdc: kdc::KdcState::default(),
         })
     }
 
