@@ -543,6 +543,9 @@ fn the_capsules_of_a_principal_with_a_session_run_in_it() {
     assert!(accepted >= 5, "{pool}");
     assert!(mine[0]["charges"]["cpu_guaranteed_ns"].as_u64().unwrap() > 0, "{}", mine[0]);
     assert_eq!(mine[0]["charges"]["module_loads"].as_u64(), Some(0), "no module was loaded: {}", mine[0]);
+    // What was received for it is its session's, not Best-Effort's.
+    assert!(mine[0]["charges"]["rx_packets"].as_u64().unwrap() >= 5, "{}", mine[0]);
+    assert!(mine[0]["charges"]["rx_bytes"].as_u64().unwrap() > 0, "{}", mine[0]);
 }
 
 #[test]

@@ -73,6 +73,11 @@ pub(crate) struct Sched {
     tx: HashMap<PrincipalId, anode_sched::ByteBucket>,
     /// Every principal's best-effort transmit allowance, bytes/s.
     tx_default: u64,
+    /// Packets and bytes received for principals with a session (their
+    /// channel packets and capsules), charged to those sessions since the
+    /// last [`Node::charge_outside`] for Best-Effort, which takes them off
+    /// its own share so that the parts still add up.
+    rx_attributed: (u64, u64),
     pub counters: SchedCounters,
 }
 
@@ -137,6 +142,7 @@ impl Sched {
             gone_check_at: None,
             tx: HashMap::new(),
             tx_default: DEFAULT_TX_BYTES_PER_SEC,
+            rx_attributed: (0, 0),
             counters: SchedCounters::default(),
         })
     }
@@ -327,6 +333,16 @@ impl Node {
             jobs.iter().map(|j| self.modules.as_ref().and_then(|m| m.sb.job_principal(j))).collect();
         let Some(s) = self.sched.as_mut() else { return };
         for (job, p) in jobs.drain(..).zip(principals) {
+            // A packet for a principal's channel, or its capsule, was
+            // received for it: charged to its session (if it has one).
+            if matches!(job.kind, anode_sandbox::JobKind::Channel { .. } | anode_sandbox::JobKind::Capsule { .. })
+                && let Some(sid) = p.and_then(|p| s.by_principal.get(&p).copied())
+            {
+                let bytes = job.input.len() as u64;
+                let _ = s.rcane.charge_rx(sid, 1, bytes);
+                s.rx_attributed.0 += 1;
+                s.rx_attributed.1 += bytes;
+            }
             let pool = s.pool_for(p);
             if s.post(pool, job).is_err() {
                 self.counters.drop(crate::counters::Drop::PoolFull);
@@ -465,6 +481,13 @@ impl Node {
     pub fn charge_outside(&mut self, owner: Owner, used_ns: u64, rx_packets: u64, rx_bytes: u64) {
         if let Some(s) = self.sched.as_mut() {
             let sid = s.session_of(owner);
+            // What was received for principals' sessions is theirs.
+            let (rx_packets, rx_bytes) = if owner == Owner::BestEffort {
+                let (p, b) = std::mem::take(&mut s.rx_attributed);
+                (rx_packets.saturating_sub(p), rx_bytes.saturating_sub(b))
+            } else {
+                (rx_packets, rx_bytes)
+            };
             let _ = s.rcane.charge_cpu(sid, used_ns, anode_sched::DispatchKind::Guaranteed);
             let _ = s.rcane.charge_rx(sid, rx_packets, rx_bytes);
         }
