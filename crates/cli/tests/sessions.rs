@@ -60,6 +60,26 @@ impl Env {
         c
     }
 
+    /// Issues a module credential for `modules/out/<module>.wasm` to the
+    /// holder of `pubk` (interfaces `ifaces`, then `extra` options), saved
+    /// as `<cred_name>`, and loads the module with it over `key`'s SA: the
+    /// node's answer.
+    fn load_module(
+        &self,
+        key: &Path,
+        pubk: &Path,
+        module: &str,
+        cred_name: &str,
+        ifaces: &str,
+        extra: &[&str],
+    ) -> Output {
+        let wasm = modules_dir().join(format!("{module}.wasm"));
+        let mut args = vec!["--kind", "module", "--module", wasm.to_str().unwrap(), "--interface", ifaces];
+        args.extend_from_slice(extra);
+        let cred = self.cred(pubk, cred_name, &args);
+        self.run(key, &["module", "load", wasm.to_str().unwrap(), "--credential", cred.to_str().unwrap()])
+    }
+
     fn cred(&self, principal: &Path, name: &str, args: &[&str]) -> std::path::PathBuf {
         let out = self.s.0.join(name);
         let o = Command::new(ANODE)
@@ -100,13 +120,7 @@ fn sessions_open_run_modules_refuse_what_is_not_allowed_and_close() {
     let (ukey, upub) = keys.next().unwrap();
     let (mkey, mpub) = keys.next().unwrap();
     // The user's CPU-bound module, loaded over the network: best-effort first.
-    let burn = modules_dir().join("burn.wasm");
-    let mcred = env.cred(
-        &upub,
-        "burn.cred",
-        &["--kind", "module", "--module", burn.to_str().unwrap(), "--interface", "time", "--cpu", "5000000"],
-    );
-    let o = env.run(&ukey, &["module", "load", burn.to_str().unwrap(), "--credential", mcred.to_str().unwrap()]);
+    let o = env.load_module(&ukey, &upub, "burn", "burn.cred", "time", &["--cpu", "5000000"]);
     assert!(o.status.success(), "{}", text(&o));
 
     // A session credential: at most 40 % per VP and in total.
@@ -241,24 +255,7 @@ fn the_operator_lists_and_unloads_modules() {
     let (env, c, keys) = Env::up("modules", &["u"]);
     let mut keys = keys.into_iter();
     let (ukey, upub) = keys.next().unwrap();
-    let burn = modules_dir().join("burn.wasm");
-    let mcred = env.cred(
-        &upub,
-        "burn.cred",
-        &[
-            "--kind",
-            "module",
-            "--module",
-            burn.to_str().unwrap(),
-            "--interface",
-            "time",
-            "--cpu",
-            "5000000",
-            "--expires",
-            "1h",
-        ],
-    );
-    let o = env.run(&ukey, &["module", "load", burn.to_str().unwrap(), "--credential", mcred.to_str().unwrap()]);
+    let o = env.load_module(&ukey, &upub, "burn", "burn.cred", "time", &["--cpu", "5000000", "--expires", "1h"]);
     assert!(o.status.success(), "{}", text(&o));
     let list = |json: bool| {
         let mut cmd = Command::new(ANODE);
@@ -305,24 +302,14 @@ fn hostile_modules_do_not_cost_a_session_its_reservation() {
     let (vkey, vpub) = keys.next().unwrap();
     let (hkey, hpub) = keys.next().unwrap();
     let load = |key: &Path, pubk: &Path, name: &str, ifaces: &str, extra: &[&str]| {
-        let wasm = modules_dir().join(format!("{name}.wasm"));
-        let mut args = vec!["--kind", "module", "--module", wasm.to_str().unwrap(), "--interface", ifaces];
-        args.extend_from_slice(extra);
-        let cred = env.cred(pubk, &format!("{name}.cred"), &args);
-        let o = env.run(key, &["module", "load", wasm.to_str().unwrap(), "--credential", cred.to_str().unwrap()]);
+        let o = env.load_module(key, pubk, name, &format!("{name}.cred"), ifaces, extra);
         assert!(o.status.success(), "{name}: {}", text(&o));
     };
     // The hostile principal's modules, best-effort.
     load(&hkey, &hpub, "yielder", "time", &[]);
     // 100,000 alarms at init: every host call is charged fuel, so the flood
     // ends on its CPU bound and the load is refused, saying why.
-    let wasm = modules_dir().join("alarms.wasm");
-    let cred = env.cred(
-        &hpub,
-        "alarms.cred",
-        &["--kind", "module", "--module", wasm.to_str().unwrap(), "--interface", "time,state", "--cpu", "10000000"],
-    );
-    let o = env.run(&hkey, &["module", "load", wasm.to_str().unwrap(), "--credential", cred.to_str().unwrap()]);
+    let o = env.load_module(&hkey, &hpub, "alarms", "alarms.cred", "time,state", &["--cpu", "10000000"]);
     assert!(!o.status.success() && text(&o).contains("CPU bound exceeded"), "{}", text(&o));
     // Last: it takes all of its principal's memory.
     load(&hkey, &hpub, "forwarder", "route,net,time", &[]);
@@ -419,7 +406,6 @@ fn a_session_ends_when_its_principal_is_gone_even_mid_invocation_and_a_held_one_
     let mut keys = keys.into_iter();
     let (gkey, gpub) = keys.next().unwrap();
     let (hkey, hpub) = keys.next().unwrap();
-    let burn = modules_dir().join("burn.wasm");
     let mut sessions = Vec::new();
     for (key, pubk, name) in [(&gkey, &gpub, "g"), (&hkey, &hpub, "h")] {
         let scred = env.cred(
@@ -433,12 +419,7 @@ fn a_session_ends_when_its_principal_is_gone_even_mid_invocation_and_a_held_one_
         let o = env.run(key, &["session", "open", "--credential", scred.to_str().unwrap(), "--vp", "100us/4ms"]);
         assert!(o.status.success(), "{}", text(&o));
         sessions.push(session_of(&o));
-        let mcred = env.cred(
-            pubk,
-            &format!("{name}.burn"),
-            &["--kind", "module", "--module", burn.to_str().unwrap(), "--interface", "time", "--cpu", "5000000"],
-        );
-        let o = env.run(key, &["module", "load", burn.to_str().unwrap(), "--credential", mcred.to_str().unwrap()]);
+        let o = env.load_module(key, pubk, "burn", &format!("{name}.burn"), "time", &["--cpu", "5000000"]);
         assert!(o.status.success(), "{}", text(&o));
     }
     // h keeps contacting the node; g goes away.
@@ -633,28 +614,14 @@ fn a_session_heap_reservation_caps_its_principals_modules() {
     let mut keys = keys.into_iter();
     let (skey, spub) = keys.next().unwrap();
     let (nkey, npub) = keys.next().unwrap();
-    let fwd = modules_dir().join("forwarder.wasm");
     // s reserves 2 MiB of heap in its session; n has no session.
     let scred = env.cred(&spub, "s.session", &["--kind", "session", "--vp-share", "30%", "--total-share", "30%"]);
     let o = env
         .run(&skey, &["session", "open", "--credential", scred.to_str().unwrap(), "--vp", "1ms/4ms", "--heap", "2MiB"]);
     assert!(o.status.success(), "{}", text(&o));
     for (key, pubk, name) in [(&skey, &spub, "s"), (&nkey, &npub, "n")] {
-        let cred = env.cred(
-            pubk,
-            &format!("{name}.fwd"),
-            &[
-                "--kind",
-                "module",
-                "--module",
-                fwd.to_str().unwrap(),
-                "--interface",
-                "route,net,time",
-                "--memory",
-                "8MiB",
-            ],
-        );
-        let o = env.run(key, &["module", "load", fwd.to_str().unwrap(), "--credential", cred.to_str().unwrap()]);
+        let o =
+            env.load_module(key, pubk, "forwarder", &format!("{name}.fwd"), "route,net,time", &["--memory", "8MiB"]);
         assert!(o.status.success(), "{name}: {}", text(&o));
     }
     // The forwarder grows its memory by a page per burst until refused.
@@ -686,13 +653,7 @@ fn the_period_log_records_every_vp_period_and_makes_a_fig11_trace() {
     let o = env.run(&pkey, &["session", "open", "--credential", scred.to_str().unwrap(), "--vp", "400us/4ms"]);
     assert!(o.status.success(), "{}", text(&o));
     let vp = String::from_utf8_lossy(&o.stdout).split("VPs added: ").nth(1).unwrap().trim().to_string();
-    let burn = modules_dir().join("burn.wasm");
-    let mcred = env.cred(
-        &ppub,
-        "p.burn",
-        &["--kind", "module", "--module", burn.to_str().unwrap(), "--interface", "time", "--cpu", "5000000"],
-    );
-    let o = env.run(&pkey, &["module", "load", burn.to_str().unwrap(), "--credential", mcred.to_str().unwrap()]);
+    let o = env.load_module(&pkey, &ppub, "burn", "p.burn", "time", &["--cpu", "5000000"]);
     assert!(o.status.success(), "{}", text(&o));
     std::thread::sleep(std::time::Duration::from_millis(1000));
     // The daemons stop (SIGTERM): the writer thread writes what is left.
