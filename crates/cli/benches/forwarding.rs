@@ -1033,71 +1033,50 @@ fn throughput(dir: &Path, s: &Settings, report: &mut String) -> Option<Rig> {
             );
         }
     }
-    if rig.base.is_some() && s.baseline.is_none() && s.tap {
-        let _ = writeln!(
-            report,
-            "\nThis build with the tap off (b) against the same build with the FLAME tap on, one trivial module \
-             (b0, `ANODE_BENCH_TAP`), same run, interleaved trials; the columns read tap on/off:\n"
-        );
-        let _ = writeln!(report, "| size | path | on/off pkt/s, ratio of medians | on/off fwd CPU µs/pkt |");
+    // The second middle node against b, one table: the same build with the
+    // tap on or loaded (read b0/b), or a baseline binary (read b/b0).
+    let second = match (&rig.base, s.baseline.is_some(), s.tap) {
+        (None, ..) => None,
+        (Some(_), false, true) => Some((
+            "This build with the tap off (b) against the same build with the FLAME tap on, one trivial module \
+             (b0, `ANODE_BENCH_TAP`), same run, interleaved trials; the columns read tap on/off:"
+                .to_string(),
+            "on/off",
+            true,
+        )),
+        (Some(_), false, false) => Some((
+            format!(
+                "This build idle (b) against the same build running {} CPU-bound modules (b0, `ANODE_BENCH_LOADED`; \
+                 sessions reserving {:?} % of the CPU, `ANODE_BENCH_SESSIONS`), same run, interleaved trials; the \
+                 columns read loaded/idle:",
+                s.loaded, s.sessions
+            ),
+            "loaded/idle",
+            true,
+        )),
+        (Some(_), true, _) => Some((
+            "This build against the baseline binary (`ANODE_BENCH_BASELINE`), same run, interleaved trials:"
+                .to_string(),
+            "this/baseline",
+            false,
+        )),
+    };
+    if let Some((intro, cols, second_over_first)) = second {
+        let _ = writeln!(report, "\n{intro}\n");
+        let _ = writeln!(report, "| size | path | {cols} pkt/s, ratio of medians | {cols} fwd CPU µs/pkt |");
         let _ = writeln!(report, "|---:|---|---:|---:|");
         for size in SIZES {
             for (now, base) in [(Kind::Snap, Kind::BaseSnap), (Kind::Plain, Kind::BasePlain)] {
                 let med = |k: Kind, f: &dyn Fn(&Trial) -> f64| {
                     median(&trials.iter().filter(|t| t.size == size && t.kind == k).map(f).collect::<Vec<_>>())
                 };
+                let (top, bottom) = if second_over_first { (base, now) } else { (now, base) };
                 let _ = writeln!(
                     report,
                     "| {size} | {} | {:.3} | {:.3} |",
                     now.name(),
-                    med(base, &|t| t.rate) / med(now, &|t| t.rate),
-                    med(base, &|t| t.us_per_pkt) / med(now, &|t| t.us_per_pkt),
-                );
-            }
-        }
-    } else if rig.base.is_some() && s.baseline.is_none() {
-        let _ = writeln!(
-            report,
-            "\nThis build idle (b) against the same build running {} CPU-bound modules (b0, `ANODE_BENCH_LOADED`; \
-             sessions reserving {:?} % of the CPU, `ANODE_BENCH_SESSIONS`), same run, interleaved trials; the columns \
-             read loaded/idle:\n",
-            s.loaded, s.sessions
-        );
-        let _ = writeln!(report, "| size | path | loaded/idle pkt/s, ratio of medians | loaded/idle fwd CPU µs/pkt |");
-        let _ = writeln!(report, "|---:|---|---:|---:|");
-        for size in SIZES {
-            for (now, base) in [(Kind::Snap, Kind::BaseSnap), (Kind::Plain, Kind::BasePlain)] {
-                let med = |k: Kind, f: &dyn Fn(&Trial) -> f64| {
-                    median(&trials.iter().filter(|t| t.size == size && t.kind == k).map(f).collect::<Vec<_>>())
-                };
-                let _ = writeln!(
-                    report,
-                    "| {size} | {} | {:.3} | {:.3} |",
-                    now.name(),
-                    med(base, &|t| t.rate) / med(now, &|t| t.rate),
-                    med(base, &|t| t.us_per_pkt) / med(now, &|t| t.us_per_pkt),
-                );
-            }
-        }
-    } else if rig.base.is_some() {
-        let _ = writeln!(
-            report,
-            "\nThis build against the baseline binary (`ANODE_BENCH_BASELINE`), same run, interleaved trials:\n"
-        );
-        let _ =
-            writeln!(report, "| size | path | this/baseline pkt/s, ratio of medians | this/baseline fwd CPU µs/pkt |");
-        let _ = writeln!(report, "|---:|---|---:|---:|");
-        for size in SIZES {
-            for (now, base) in [(Kind::Snap, Kind::BaseSnap), (Kind::Plain, Kind::BasePlain)] {
-                let med = |k: Kind, f: &dyn Fn(&Trial) -> f64| {
-                    median(&trials.iter().filter(|t| t.size == size && t.kind == k).map(f).collect::<Vec<_>>())
-                };
-                let _ = writeln!(
-                    report,
-                    "| {size} | {} | {:.3} | {:.3} |",
-                    now.name(),
-                    med(now, &|t| t.rate) / med(base, &|t| t.rate),
-                    med(now, &|t| t.us_per_pkt) / med(base, &|t| t.us_per_pkt),
+                    med(top, &|t| t.rate) / med(bottom, &|t| t.rate),
+                    med(top, &|t| t.us_per_pkt) / med(bottom, &|t| t.us_per_pkt),
                 );
             }
         }
