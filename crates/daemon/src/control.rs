@@ -300,13 +300,16 @@ fn sessions_prometheus(v: &serde_json::Value) -> String {
         ("session_refused", "Session control requests refused."),
         ("session_rate_limited", "Session control requests refused by the rate limit."),
     ] {
-        let _ = writeln!(
-            s,
-            "# HELP anode_sched_{key}_total {help}\n# TYPE anode_sched_{key}_total counter\nanode_sched_{key}_total {}",
-            c[key].as_u64().unwrap_or(0)
-        );
+        prom_counter(&mut s, &format!("anode_sched_{key}_total"), help, c[key].as_u64().unwrap_or(0));
     }
     s
+}
+
+/// Appends one Prometheus counter without labels: its HELP and TYPE lines
+/// and its sample.
+pub(crate) fn prom_counter(s: &mut String, name: &str, help: &str, v: u64) {
+    use std::fmt::Write as _;
+    let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
 }
 
 /// Parses an HTTP request head: only `GET /metrics` is served.
@@ -520,9 +523,7 @@ impl Daemon {
             ("conns_expired", "Control and metrics connections closed at their deadline.", st.conns_expired),
             ("conns_evicted", "Control and metrics connections closed for a new one.", st.conns_evicted),
         ] {
-            s.push_str(&format!(
-                "# HELP anode_local_{name}_total {help}\n# TYPE anode_local_{name}_total counter\nanode_local_{name}_total {v}\n"
-            ));
+            prom_counter(&mut s, &format!("anode_local_{name}_total"), help, v);
         }
         s.push_str("# HELP anode_local_clients Application clients connected now.\n# TYPE anode_local_clients gauge\n");
         s.push_str(&format!("anode_local_clients {}\n", self.clients.connected()));

@@ -276,8 +276,7 @@ impl Daemon {
         let mut s = String::new();
         let (Some(t), Some(m)) = (self.node.tap_counters(), self.node.tap_monitor()) else { return s };
         let mut counter = |name: &str, help: &str, v: u64| {
-            let _ = writeln!(s, "# HELP anode_monitor_{name}_total {help}\n# TYPE anode_monitor_{name}_total counter");
-            let _ = writeln!(s, "anode_monitor_{name}_total {v}");
+            crate::control::prom_counter(&mut s, &format!("anode_monitor_{name}_total"), help, v)
         };
         let c = m.counters();
         for (name, help, v) in [
