@@ -49,9 +49,9 @@ impl Node {
                         .unwrap_or_default()
                 }
             };
-            let Some(to) = to else { return };
-            let data = out.push_frame(anep::TYPE_CONTROL, &[&reply]);
-            out.transmits.push(Transmit { iface, to, data, owner: Owner::System });
+            if let Some(to) = to {
+                send_control(out, iface, to, &[&reply]);
+            }
             return;
         }
         let text;
@@ -89,7 +89,13 @@ impl Node {
         let mut body = Vec::with_capacity(Message::LoadReply(reply).buffer_len());
         // A reply has no field that can be too long for its length prefix.
         let _ = Message::LoadReply(reply).emit(&mut body);
-        let data = out.push_frame(anep::TYPE_CONTROL, &[&body]);
-        out.transmits.push(Transmit { iface, to, data, owner: Owner::System });
+        send_control(out, iface, to, &[&body]);
     }
+}
+
+/// Queues a `CONTROL` datagram made of `parts` for `to` on `iface`: an answer
+/// of the control plane, done for System (sealed for that SA by the caller).
+pub(super) fn send_control(out: &mut Outbox, iface: usize, to: SocketAddr, parts: &[&[u8]]) {
+    let data = out.push_frame(anep::TYPE_CONTROL, parts);
+    out.transmits.push(Transmit { iface, to, data, owner: Owner::System });
 }

@@ -5,9 +5,8 @@
 //! as `0x22 ‖ reply`. Rate limits, credential checks and lifetimes are the
 //! service's own (`anode_sec::Kdc`).
 
-use super::{Node, Outbox, Owner, Transmit};
+use super::{Node, Outbox};
 use anode_sec::Kdc;
-use anode_wire::anep;
 use core::net::SocketAddr;
 
 /// The control body type of a ticket request or reply (`0x22` ‖ message).
@@ -64,15 +63,16 @@ impl Node {
         };
         let now_s = unix0.saturating_add(now_ms) / 1000;
         let reply = kdc.handle_request(user, msg, now_ms, now_s);
-        let data = out.push_frame(anep::TYPE_CONTROL, &[&[KDC_OP][..], &reply[..]]);
-        out.transmits.push(Transmit { iface, to, data, owner: Owner::System });
+        super::control::send_control(out, iface, to, &[&[KDC_OP][..], &reply[..]]);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::Owner;
     use anode_sec::ticket::{KdcMessage, RefusalCode};
+    use anode_wire::anep;
 
     #[test]
     fn a_request_is_answered_over_its_sa_and_drops_are_counted() {

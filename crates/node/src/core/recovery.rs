@@ -9,8 +9,7 @@
 //! with a token bucket, so a peer cannot make the node read its repository
 //! faster than [`RATE_PER_SEC`] chunks a second.
 
-use super::{Node, Outbox, Owner, Transmit};
-use anode_wire::anep;
+use super::{Node, Outbox};
 use core::net::SocketAddr;
 use std::collections::HashMap;
 
@@ -140,14 +139,15 @@ impl Node {
             return;
         };
         r.counters.served += 1;
-        let data = out.push_frame(anep::TYPE_CONTROL, &[&[RECOVERY_OP][..], &reply[..]]);
-        out.transmits.push(Transmit { iface, to, data, owner: Owner::System });
+        super::control::send_control(out, iface, to, &[&[RECOVERY_OP][..], &reply[..]]);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::Owner;
+    use anode_wire::anep;
 
     #[test]
     fn the_bucket_admits_a_burst_then_the_rate() {
