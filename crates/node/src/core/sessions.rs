@@ -848,20 +848,10 @@ impl Node {
             }
         }
         s.gone_check_at = next;
+        let why =
+            format!("its principal has had no security association with this node for the grace period ({grace} ms)");
         for sid in gone {
-            let Some(s) = self.sched.as_mut() else { return };
-            let now_ns = s.ns(now_ms);
-            let vps = s.rcane.session_info(sid, now_ns).map(|i| i.vps).unwrap_or_default();
-            let moved = s.take_session_jobs(sid);
-            s.sa_seen.remove(&sid);
-            match s.rcane.close_session_for(sid, anode_sched::CloseReason::PrincipalGone, now_ns) {
-                Ok(_) => {
-                    s.post_best_effort(moved);
-                    tracing::info!(session = %sid, grace_ms = grace, "session closed: its principal has had no security association with this node for the grace period");
-                    self.session_gone(sid, &vps, now_ms);
-                }
-                Err(_) => s.post_best_effort(moved),
-            }
+            self.end_session(sid, anode_sched::CloseReason::PrincipalGone, &why, now_ms);
         }
         self.sync_session_heaps();
     }
@@ -875,26 +865,34 @@ impl Node {
             return;
         }
         let ids: Vec<SessionId> = s.rcane.sessions().collect();
-        let mut due = Vec::new();
-        for sid in ids {
-            if let Ok(i) = s.rcane.session_info(sid, now_ns)
-                && i.expires_at_ns.is_some_and(|t| t <= now_ns)
-            {
-                due.push((sid, i.vps));
-            }
-        }
-        let mut moved = Vec::new();
-        for (sid, _) in &due {
-            moved.extend(s.take_session_jobs(*sid));
-        }
-        let closed = s.rcane.expire(now_ns);
-        s.post_best_effort(moved);
-        for c in closed {
-            tracing::info!(session = %c.session, "session closed: its credential expired");
-            let vps = due.iter().find(|d| d.0 == c.session).map(|d| d.1.clone()).unwrap_or_default();
-            self.session_gone(c.session, &vps, now_ms);
+        let due: Vec<SessionId> = ids
+            .into_iter()
+            .filter(|sid| {
+                s.rcane.session_info(*sid, now_ns).is_ok_and(|i| i.expires_at_ns.is_some_and(|t| t <= now_ns))
+            })
+            .collect();
+        for sid in due {
+            self.end_session(sid, anode_sched::CloseReason::CredentialExpired, "its credential expired", now_ms);
         }
         self.sync_session_heaps();
+    }
+
+    /// Ends session `sid` for `reason` (the node's decision, not its
+    /// principal's request): its queued events move to Best-Effort's pool,
+    /// its suspended task runs to its end (bounded by its fuel) so that its
+    /// store comes back, and the close is logged with `why`.
+    fn end_session(&mut self, sid: SessionId, reason: anode_sched::CloseReason, why: &str, now_ms: u64) {
+        let Some(s) = self.sched.as_mut() else { return };
+        let now_ns = s.ns(now_ms);
+        let vps = s.rcane.session_info(sid, now_ns).map(|i| i.vps).unwrap_or_default();
+        let moved = s.take_session_jobs(sid);
+        s.sa_seen.remove(&sid);
+        let closed = s.rcane.close_session_for(sid, reason, now_ns).is_ok();
+        s.post_best_effort(moved);
+        if closed {
+            tracing::info!(session = %sid, "session closed: {why}");
+            self.session_gone(sid, &vps, now_ms);
+        }
     }
 }
 
