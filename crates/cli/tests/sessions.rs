@@ -81,20 +81,25 @@ impl Env {
     }
 
     fn cred(&self, principal: &Path, name: &str, args: &[&str]) -> std::path::PathBuf {
-        let out = self.s.0.join(name);
-        let o = Command::new(ANODE)
-            .args(["cred", "issue", "--admin-key"])
-            .arg(&self.admin)
-            .arg("--principal")
-            .arg(principal)
-            .args(args)
-            .arg("-o")
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", text(&o));
-        out
+        issue_cred(&self.admin, principal, &self.s.0.join(name), args)
     }
+}
+
+/// `anode cred issue` with the administrator key `admin` for the holder of
+/// `principal`, into `out`.
+fn issue_cred(admin: &Path, principal: &Path, out: &Path, args: &[&str]) -> std::path::PathBuf {
+    let o = Command::new(ANODE)
+        .args(["cred", "issue", "--admin-key"])
+        .arg(admin)
+        .arg("--principal")
+        .arg(principal)
+        .args(args)
+        .arg("-o")
+        .arg(out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    out.to_path_buf()
 }
 
 fn session_of(o: &Output) -> String {
@@ -535,21 +540,7 @@ fn sessions_from_the_config_open_at_start_and_a_refused_one_stops_the_start() {
     let (akey, apub) = user_keys(&s.0.join("admin"), "admin");
     let (_ukey, upub) = user_keys(&s.0.join("u"), "u");
     let hex = |p: &Path| std::fs::read_to_string(p).unwrap().trim().to_string();
-    let issue = |name: &str, args: &[&str]| -> std::path::PathBuf {
-        let out = s.0.join(name);
-        let o = Command::new(ANODE)
-            .args(["cred", "issue", "--admin-key"])
-            .arg(&akey)
-            .arg("--principal")
-            .arg(&upub)
-            .args(args)
-            .arg("-o")
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", text(&o));
-        out
-    };
+    let issue = |name: &str, args: &[&str]| issue_cred(&akey, &upub, &s.0.join(name), args);
     let burn = modules_dir().join("burn.wasm");
     let scred = issue("u.session", &["--kind", "session", "--vp-share", "30%", "--total-share", "30%"]);
     let mcred = issue("u.burn", &["--kind", "module", "--module", burn.to_str().unwrap(), "--interface", "time"]);
