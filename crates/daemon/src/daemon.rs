@@ -351,6 +351,8 @@ impl Daemon {
                 outs: std::array::from_fn(|_| Outbox::preallocated()),
                 hdrs: MultiHeaders::preallocate(BATCH, None),
                 froms: [None; BATCH],
+                spent: [0; BATCH],
+                shares: Vec::with_capacity(4),
             },
             tx_hdrs: MultiHeaders::preallocate(BATCH, None),
             node,

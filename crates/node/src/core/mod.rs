@@ -155,6 +155,10 @@ pub struct Outbox {
     /// The datagram was the node's own work (a handshake, a keepalive, a
     /// control request): System's, not Best-Effort's, for charging.
     pub system: bool,
+    /// The datagram was a capsule or a channel packet accepted for this
+    /// principal's session: its receive processing (verification, and
+    /// instantiation on a code-cache miss) is that session's, for charging.
+    pub rx_for: Option<PrincipalId>,
     arena: Vec<u8>,
 }
 
@@ -171,6 +175,7 @@ impl Outbox {
             log: String::new(),
             events: Vec::new(),
             system: false,
+            rx_for: None,
             arena: Vec::with_capacity(4096),
         }
     }
@@ -184,6 +189,7 @@ impl Outbox {
         self.events.clear();
         self.arena.clear();
         self.system = false;
+        self.rx_for = None;
     }
     /// The bytes of `d`; `input` is the buffer passed to the node.
     pub fn bytes<'a>(&'a self, d: &Data, input: &'a [u8]) -> &'a [u8] {

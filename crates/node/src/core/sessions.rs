@@ -15,7 +15,9 @@
 //! handled between dispatches, and a dispatch lasts at most its budget (a
 //! VP's slice at most) plus one preemption grain, so forwarding waits at
 //! most that long; its CPU is charged to Best-Effort, the control plane's to
-//! System.
+//! System, and a capsule's or channel packet's arrival to the session it was
+//! accepted for ([`Outbox::rx_for`]; the daemon splits each receive batch's
+//! CPU by each datagram's measured time).
 
 use std::collections::HashMap;
 
@@ -73,11 +75,6 @@ pub(crate) struct Sched {
     tx: HashMap<PrincipalId, anode_sched::ByteBucket>,
     /// Every principal's best-effort transmit allowance, bytes/s.
     tx_default: u64,
-    /// Packets and bytes received for principals with a session (their
-    /// channel packets and capsules), charged to those sessions since the
-    /// last [`Node::charge_outside`] for Best-Effort, which takes them off
-    /// its own share so that the parts still add up.
-    rx_attributed: (u64, u64),
     pub counters: SchedCounters,
 }
 
@@ -142,7 +139,6 @@ impl Sched {
             gone_check_at: None,
             tx: HashMap::new(),
             tx_default: DEFAULT_TX_BYTES_PER_SEC,
-            rx_attributed: (0, 0),
             counters: SchedCounters::default(),
         })
     }
@@ -340,8 +336,7 @@ impl Node {
             {
                 let bytes = job.input.len() as u64;
                 let _ = s.rcane.charge_rx(sid, 1, bytes);
-                s.rx_attributed.0 += 1;
-                s.rx_attributed.1 += bytes;
+                out.rx_for = p;
             }
             let pool = s.pool_for(p);
             if s.post(pool, job).is_err() {
@@ -476,18 +471,12 @@ impl Node {
         }
     }
 
-    /// Charges work done outside dispatches (a receive batch: its thread
-    /// CPU time and the datagrams received) to System or Best-Effort.
+    /// Charges work done outside dispatches (a receive batch's share: its
+    /// thread CPU time and the datagrams received) to `owner`'s session:
+    /// System, Best-Effort, or the principal's (Best-Effort's without one).
     pub fn charge_outside(&mut self, owner: Owner, used_ns: u64, rx_packets: u64, rx_bytes: u64) {
         if let Some(s) = self.sched.as_mut() {
             let sid = s.session_of(owner);
-            // What was received for principals' sessions is theirs.
-            let (rx_packets, rx_bytes) = if owner == Owner::BestEffort {
-                let (p, b) = std::mem::take(&mut s.rx_attributed);
-                (rx_packets.saturating_sub(p), rx_bytes.saturating_sub(b))
-            } else {
-                (rx_packets, rx_bytes)
-            };
             let _ = s.rcane.charge_cpu(sid, used_ns, anode_sched::DispatchKind::Guaranteed);
             let _ = s.rcane.charge_rx(sid, rx_packets, rx_bytes);
         }
