@@ -4,6 +4,8 @@
 //! - [`anep`]: the Active Network Encapsulation Protocol header that starts
 //!   every datagram between nodes, and the type ids anode uses.
 //! - [`plain`]: the plain (no VM) forwarding header, the baseline router.
+//! - [`frag`]: fragmentation and reassembly of datagrams longer than a
+//!   link's MTU.
 //! - [`control`]: control messages a user sends a node over its security
 //!   association (module loads) and the node's typed replies.
 //! - [`local`]: the messages of the local application API (`app.sock`).
@@ -22,11 +24,14 @@
 //! `impl<T: AsMut<[u8]>>`. A `Repr` is the parsed, owned form: `parse` from a
 //! checked view (semantic checks), `emit` into a buffer of `buffer_len()`
 //! bytes. Every rejection is a typed error variant, never a string.
+//! The one stateful part, [`frag::Reassembler`], holds only bounded
+//! buffers (per source and in total) and drops what it cannot finish.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod anep;
 pub mod control;
+pub mod frag;
 pub mod fuzzing;
 pub mod local;
 pub mod plain;
