@@ -119,7 +119,14 @@ pub fn boot_json(nb: &anode_boot::fsio::NodeBoot) -> serde_json::Value {
 /// # Errors
 /// [`DaemonError::Domain`], or the secret's read error.
 pub fn domain_kdc(d: &anode_node::config::DomainConfig, files: StartFiles<'_>) -> Result<anode_sec::Kdc, DaemonError> {
-    let cfg = anode_sec::KdcConfig { epoch: d.epoch, max_lifetime_s: d.max_ticket_secs, ..Default::default() };
+    let rate = d.tickets_per_user_per_sec;
+    let cfg = anode_sec::KdcConfig {
+        epoch: d.epoch,
+        max_lifetime_s: d.max_ticket_secs,
+        per_user_per_sec: rate,
+        per_user_burst: rate.saturating_mul(5),
+        ..Default::default()
+    };
     anode_sec::Kdc::new(domain_key(d, files)?, cfg, 0).map_err(|e| DaemonError::Domain(e.to_string()))
 }
 

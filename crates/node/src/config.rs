@@ -422,6 +422,10 @@ fn epoch_one() -> u32 {
     1
 }
 
+fn one_per_sec() -> u32 {
+    1
+}
+
 fn default_ticket_secs() -> u64 {
     300
 }
@@ -447,6 +451,9 @@ pub struct DomainConfig {
     /// Longest ticket lifetime, seconds (1..=86400).
     #[serde(default = "default_ticket_secs")]
     pub max_ticket_secs: u64,
+    /// Tickets per second per user (burst 5 times as many); 1..=1000.
+    #[serde(default = "one_per_sec")]
+    pub tickets_per_user_per_sec: u32,
     /// A border (perimeter) node: admits ticket packets entering the domain
     /// for other members and sends them on with a perimeter attachment.
     #[serde(default, skip_serializing_if = "core::ops::Not::not")]
@@ -469,6 +476,7 @@ impl DomainConfig {
             epoch: 1,
             kdc: true,
             max_ticket_secs: default_ticket_secs(),
+            tickets_per_user_per_sec: 1,
             border: false,
             members: Vec::new(),
         }
@@ -965,6 +973,9 @@ impl NodeConfig {
             }
             if !(1..=86_400).contains(&d.max_ticket_secs) {
                 return Err(ConfigError::Domain("max_ticket_secs must be 1..=86400"));
+            }
+            if !(1..=1000).contains(&d.tickets_per_user_per_sec) {
+                return Err(ConfigError::Domain("tickets_per_user_per_sec must be 1..=1000"));
             }
             for m in &d.members {
                 parse_key(KeyField::DomainMember, m)?;

@@ -30,7 +30,8 @@ use super::{Node, Outbox, Owner, Transmit};
 use crate::config::NodeConfig;
 use crate::counters::Drop;
 use anode_cred::{CodeInfo, InterfaceSet, RequestedLimits};
-use anode_sandbox::{LoadSpec, PrincipalId};
+use super::LoadFailure;
+use anode_sandbox::{LoadError, LoadSpec, PrincipalId};
 use anode_sec::ticket::{Envelope, TicketPacketRepr};
 use anode_sec::{Accepted, DomainError, DomainKey, DomainNode};
 use anode_wire::anep;
@@ -263,6 +264,12 @@ impl Node {
                 a.user,
                 a.via
             )),
+            // The sandbox found the code needs more than the attached
+            // credential grants (an interface, memory): the interior's
+            // enforcement, counted as the domain's refusal.
+            Err(LoadFailure::Refused(
+                LoadError::Denied(_) | LoadError::ForbiddenImport { .. } | LoadError::MemoryLimit { .. },
+            )) => self.counters.drop(Drop::DomainCredential),
             Err(_) => self.counters.drop(Drop::CapsuleRefused),
         }
     }
