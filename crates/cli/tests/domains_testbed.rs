@@ -236,8 +236,8 @@ fn two_domains_tickets_reach_every_interior_node_and_hostile_packets_are_refused
     let user = PublicKey::parse(&std::fs::read_to_string(&bed.user_pub).expect("u.pub")).expect("u.pub");
     let by_ticket = count(&bed.status("a2")["domain"]["node"]["by_ticket"]);
     // A forged ticket: sealed by someone without the domain secret.
-    let mut forger = Kdc::new(DomainKey::new(bed.public("operator-A.pub"), &[0x55; 32]), KdcConfig::default(), 0)
-        .expect("kdc");
+    let mut forger =
+        Kdc::new(DomainKey::new(bed.public("operator-A.pub"), &[0x55; 32]), KdcConfig::default(), 0).expect("kdc");
     let forged = forger.issue(user, &cred_a, 60, 0, now_s()).expect("issue");
     let mut h = TicketHolder::from_issued(&forged).expect("holder");
     udp_send(a2, &domain_datagram(Envelope::Ticket(&h.seal(u32::from(a(2)), &inner_a2))));
@@ -265,7 +265,10 @@ fn two_domains_tickets_reach_every_interior_node_and_hostile_packets_are_refused
     // A packet that bypasses the perimeter: it claims to come from outside
     // the domain through a border, with no attachment; and one with a
     // forged attachment.
-    udp_send(a2, &domain_datagram(Envelope::Attached { destination: u32::from(a(2)), attachment: None, inner: &inner_a2 }));
+    udp_send(
+        a2,
+        &domain_datagram(Envelope::Attached { destination: u32::from(a(2)), attachment: None, inner: &inner_a2 }),
+    );
     refused(&bed, "a2", "no_attachment");
     // An attachment that looks right but was not made with the domain's
     // perimeter key.

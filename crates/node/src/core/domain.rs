@@ -26,11 +26,11 @@
 //! control messages, from a neighbour outside the domain (`[domain]
 //! members`): it would have bypassed the border (`domain_no_attachment`).
 
+use super::LoadFailure;
 use super::{Node, Outbox, Owner, Transmit};
 use crate::config::NodeConfig;
 use crate::counters::Drop;
 use anode_cred::{CodeInfo, InterfaceSet, RequestedLimits};
-use super::LoadFailure;
 use anode_sandbox::{LoadError, LoadSpec, PrincipalId};
 use anode_sec::ticket::{Envelope, TicketPacketRepr};
 use anode_sec::{Accepted, DomainError, DomainKey, DomainNode};
@@ -85,7 +85,9 @@ impl Node {
         let d = cfg.domain.as_ref();
         let epoch = d.map_or(1, |d| d.epoch);
         let members: HashSet<[u8; 32]> = d
-            .map(|d| d.members.iter().filter_map(|m| anode_sec::PublicKey::parse(m).ok()).map(|k| *k.as_bytes()).collect())
+            .map(|d| {
+                d.members.iter().filter_map(|m| anode_sec::PublicKey::parse(m).ok()).map(|k| *k.as_bytes()).collect()
+            })
             .unwrap_or_default();
         let outsiders = if members.is_empty() {
             HashSet::new()
@@ -153,7 +155,8 @@ impl Node {
                 if dest != here && d.border {
                     match d.node.admit(p, &d.policy, now_s) {
                         Ok((a, att)) => {
-                            let env = Envelope::Attached { destination: dest, attachment: Some(&att), inner: &a.payload };
+                            let env =
+                                Envelope::Attached { destination: dest, attachment: Some(&att), inner: &a.payload };
                             let mut v = Vec::with_capacity(env.buffer_len());
                             match env.emit(&mut v) {
                                 Ok(()) => self.domain_route(dest, &v, out),
