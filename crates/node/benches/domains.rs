@@ -104,7 +104,7 @@ impl Net {
         self.t0.elapsed().as_millis() as u64
     }
     /// A datagram from the user to node k, and everything that follows.
-    fn to_node(&mut self, k: usize, d: &[u8]) {
+    fn send_node(&mut self, k: usize, d: &[u8]) {
         self.bytes += d.len();
         self.datagrams += 1;
         let mut buf = vec![0u8; recv_buffer_len(1400).max(d.len())];
@@ -114,11 +114,11 @@ impl Net {
         self.nodes[k].handle_datagram_from(0, Some(user_ep()), &mut buf, d.len(), now, &mut out);
         let back: Vec<Vec<u8>> = out.transmits.iter().map(|t| out.bytes(&t.data, &buf).to_vec()).collect();
         for b in back {
-            self.to_user(k, &b);
+            self.send_user(k, &b);
         }
     }
     /// A datagram from node k to the user.
-    fn to_user(&mut self, k: usize, d: &[u8]) {
+    fn send_user(&mut self, k: usize, d: &[u8]) {
         self.bytes += d.len();
         self.datagrams += 1;
         let n = d.len();
@@ -147,7 +147,7 @@ impl Net {
         for o in outs {
             if let Output::Handshake { to, msg, .. } = o {
                 let k = (to.port() - 20_000) as usize;
-                self.to_node(k, &anep::frame(anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_HANDSHAKE, &msg));
+                self.send_node(k, &anep::frame(anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_HANDSHAKE, &msg));
             }
         }
     }
@@ -172,7 +172,7 @@ impl Net {
         anep::write_header(&mut d, anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_ESP, AH_LEN + inner.len() + 16);
         let now = self.now();
         let len = self.user.seal(peer, &mut d, anep::HEADER_LEN, inner.len(), now).expect("seal");
-        self.to_node(k, &d[..len]);
+        self.send_node(k, &d[..len]);
     }
     fn reached(&self) -> usize {
         self.nodes.iter().filter(|n| n.counters.rx_snap >= 1).count()
@@ -208,7 +208,7 @@ fn tickets() -> (f64, usize, usize) {
         let p = h.seal(u32::from(std::net::Ipv4Addr::new(10, 0, 1, k as u8 + 1)), &snap_for(k));
         let mut e = Vec::new();
         Envelope::Ticket(&p).emit(&mut e).expect("envelope");
-        net.to_node(k, &anep::frame(anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_DOMAIN, &e));
+        net.send_node(k, &anep::frame(anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_DOMAIN, &e));
     }
     let secs = t.elapsed().as_secs_f64();
     assert_eq!(net.reached(), NODES, "every node ran the packet");
