@@ -410,7 +410,7 @@ impl Daemon {
             d.ledger = Some((w, Instant::now()));
         }
         d.load_start_modules(files)?;
-        d.start_tap(unix_ms_at_zero)?;
+        d.start_tap(unix_ms_at_zero, files)?;
         d.log_start();
         Ok(d)
     }
