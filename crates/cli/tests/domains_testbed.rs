@@ -228,6 +228,8 @@ fn two_domains_tickets_reach_every_interior_node_and_hostile_packets_are_refused
     for n in ["a2", "a3"] {
         assert_eq!(xx(n), 0, "{n}: the user reached it with no handshake");
     }
+    let (ok, o) = anode(&["status", "--run-dir", &bed.node_dir("a1").display().to_string()]);
+    assert!(ok && o.contains("domain: service on  tickets issued 1") && o.contains("node (border)"), "{o}");
 
     // ---- Hostile cases, each at an interior node.
     let a2 = bed.listen("a2");
