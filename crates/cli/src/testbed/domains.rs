@@ -104,3 +104,84 @@ pub(super) fn apply(plan: &mut Plan, dir: &Path, map: &Path, sec: Option<&PlanSe
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Endpoints, Tuning, plan};
+    use super::*;
+    use anode_node::config::Topology;
+    use std::collections::BTreeMap;
+
+    const TOPO: &str = r#"
+node = [{ name = "a", address = "10.0.0.1" }, { name = "b", address = "10.0.0.2" }, { name = "c", address = "10.0.0.3" }]
+link = [{ a = "a", b = "b" }, { a = "b", b = "c" }]
+"#;
+
+    /// Applies `map` to a line of three with security and modules on, in a
+    /// fresh directory: the configs, or the error.
+    fn apply_map(tag: &str, map: &str, secure: bool) -> Result<Vec<NodeConfig>> {
+        let dir = std::env::temp_dir().join(format!("anode-tbdomains-{}-{tag}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("keys")).expect("dir");
+        let t = Topology::from_toml(TOPO).expect("topology");
+        let keys: BTreeMap<String, (anode_sec::PublicKey, std::path::PathBuf)> = ["a", "b", "c"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let k = anode_sec::Identity::from_seed(&[i as u8 + 1; 32]).public();
+                (n.to_string(), (k, dir.join(format!("keys/{n}.key"))))
+            })
+            .collect();
+        let sec = PlanSecurity { mode: "encrypt".into(), users: Vec::new(), keys };
+        let admin = anode_sec::Identity::from_seed(&[9; 32]).public();
+        let ports = Endpoints::Loopback((7000..7004).collect());
+        let mut p = plan(&t, &dir, &ports, Some(&sec), Some(&admin), Tuning::default()).expect("plan");
+        fs::write(dir.join("map.toml"), map).expect("map");
+        let r = apply(&mut p, &dir, &dir.join("map.toml"), secure.then_some(&sec));
+        let out = r.map(|()| {
+            p.nodes
+                .iter()
+                .map(|n| NodeConfig::from_toml(n.config.split_once('\n').map_or("", |x| x.1)).expect("valid"))
+                .collect()
+        });
+        let _ = fs::remove_dir_all(&dir);
+        out
+    }
+
+    #[test]
+    fn members_get_their_domain_and_bad_maps_are_explained() {
+        let good = "[[domain]]\nname = \"A\"\nmembers = [\"a\", \"b\"]\nborders = [\"b\"]\nkdc = [\"a\"]\n\
+                    max_ticket_lifetime_secs = 60\n";
+        let c = apply_map("good", good, true).expect("applies");
+        let (a, b) = (c[0].domain.as_ref().expect("a"), c[1].domain.as_ref().expect("b"));
+        assert_eq!((a.kdc, a.border, b.kdc, b.border), (true, false, false, true));
+        assert_eq!((a.max_ticket_secs, a.members.len()), (60, 2));
+        assert_eq!(a.operator, b.operator);
+        assert_eq!(
+            c[0].modules.as_ref().map(|m| m.admin_key.clone()),
+            Some(a.operator.clone()),
+            "rooted in the operator"
+        );
+        assert!(c[2].domain.is_none(), "c is in no domain");
+        let bad = |tag: &str, map: &str, secure: bool, want: &str| {
+            let e = apply_map(tag, map, secure).expect_err(tag);
+            assert!(format!("{e:#}").contains(want), "{tag}: {e:#}");
+        };
+        bad(
+            "two",
+            "[[domain]]\nname = \"A\"\nmembers = [\"a\"]\n[[domain]]\nname = \"B\"\nmembers = [\"a\"]\n",
+            true,
+            "two domains",
+        );
+        bad(
+            "border",
+            "[[domain]]\nname = \"A\"\nmembers = [\"a\"]\nborders = [\"b\"]\n",
+            true,
+            "not one of its members",
+        );
+        bad("unknown", "[[domain]]\nname = \"A\"\nmembers = [\"z\"]\n", true, "no node \"z\"");
+        bad("name", "[[domain]]\nname = \"A/B\"\nmembers = [\"a\"]\n", true, "domain name");
+        bad("field", "[[domain]]\nname = \"A\"\nmembers = [\"a\"]\ncolour = 1\n", true, "colour");
+        bad("insecure", good, false, "needs security");
+    }
+}
