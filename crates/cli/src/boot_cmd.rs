@@ -240,7 +240,11 @@ fn components(a: &SignArgs) -> Result<Vec<(ComponentName, PathBuf)>> {
     let cfg_dir = config.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/"));
     let mut add = |layer: Layer, p: &Path| -> Result<()> {
         let rel = relative(&base, &cfg_dir.join(p))?;
-        out.push((ComponentName::new(&a.node, layer, &rel).with_context(|| rel.clone())?, base.join(&rel)));
+        let name = ComponentName::new(&a.node, layer, &rel).with_context(|| rel.clone())?;
+        // A file named twice (a `--monitor` file the config also loads) is one component.
+        if !out.iter().any(|(n, _)| *n == name) {
+            out.push((name, base.join(&rel)));
+        }
         Ok(())
     };
     add(Layer::Config, &config)?;
@@ -260,6 +264,12 @@ fn components(a: &SignArgs) -> Result<Vec<(ComponentName, PathBuf)>> {
         for l in &m.loads {
             add(Layer::Keys, &l.credential)?;
             add(Layer::Switchlets, &l.file)?;
+        }
+    }
+    if let Some(m) = &cfg.monitor {
+        for l in &m.loads {
+            add(Layer::Keys, &l.credential)?;
+            add(Layer::Monitor, &l.file)?;
         }
     }
     for m in &a.monitor {

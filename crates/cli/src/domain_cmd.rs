@@ -1,6 +1,8 @@
 //! `anode domain`: administrative domains (SANE §4.7, docs/security.md):
-//! make a domain secret, and ask a node of the domain for a ticket over an
-//! SA (its key distribution service, `CONTROL` body 0x22).
+//! make a domain secret, ask a node of the domain for a ticket over an SA
+//! (its key distribution service, `CONTROL` body 0x22), and send
+//! ticket-authenticated packets (ANEP `DOMAIN`, 0xA008) to the domain's
+//! nodes with no handshake.
 
 use crate::sa_client::{self, Target};
 use anode_node::core::KDC_OP;
@@ -26,6 +28,38 @@ pub enum DomainCmd {
     /// credential sent, the ticket and its session key written to --out
     /// (mode 0600: the session key is a secret).
     Ticket(TicketArgs),
+    /// Send a ticket-authenticated packet to a node of the domain, with no
+    /// handshake: a SNAP packet to run, or a module to load (authorized by
+    /// the ticket's credential). Sent to --node, for the node at --to: the
+    /// node itself, or, through a border node, a member behind it. One way:
+    /// the node does not answer; see its `anode status` (`domain`).
+    Send(SendArgs),
+}
+
+/// Arguments of `anode domain send`.
+#[derive(Debug, clap::Args)]
+pub struct SendArgs {
+    /// The ticket file (`anode domain ticket -o FILE`).
+    #[arg(long)]
+    ticket: PathBuf,
+    /// The UDP endpoint to send to: the node itself, or a border node.
+    #[arg(long)]
+    node: std::net::SocketAddr,
+    /// The overlay address of the node the packet is for.
+    #[arg(long)]
+    to: std::net::Ipv4Addr,
+    /// A SNAP packet to run there (binary, from `anode snap asm`).
+    #[arg(long, conflicts_with = "load", required_unless_present = "load")]
+    snap: Option<PathBuf>,
+    /// A module (.wasm) to load there, under the ticket's credential.
+    #[arg(long)]
+    load: Option<PathBuf>,
+    /// The local name for the loaded module.
+    #[arg(long, requires = "load")]
+    name: Option<String>,
+    /// Leave the ticket out (the node must hold it from an earlier packet).
+    #[arg(long)]
+    no_ticket: bool,
 }
 
 /// Arguments of `anode domain ticket`.
@@ -54,6 +88,7 @@ pub fn run(c: DomainCmd) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         DomainCmd::Ticket(a) => ticket(&a),
+        DomainCmd::Send(a) => send(&a),
     }
 }
 
@@ -89,4 +124,60 @@ fn ticket(a: &TicketArgs) -> Result<ExitCode> {
         }
         KdcMessage::Request { .. } => bail!("the node answered with a request"),
     }
+}
+
+/// The inner ANEP datagram `anode domain send` carries.
+fn inner_datagram(a: &SendArgs) -> Result<Vec<u8>> {
+    use anode_wire::anep;
+    let (type_id, body) = match (&a.snap, &a.load) {
+        (Some(f), _) => (anep::TYPE_SNAP, std::fs::read(f).with_context(|| f.display().to_string())?),
+        (None, Some(f)) => {
+            let code = std::fs::read(f).with_context(|| f.display().to_string())?;
+            // The credential is the ticket's: the request carries none.
+            let req = anode_wire::control::LoadRequest { name: a.name.as_deref(), credential: &[], code: &code };
+            let m = anode_wire::control::Message::Load(req);
+            let mut body = Vec::with_capacity(m.buffer_len());
+            m.emit(&mut body).map_err(|e| anyhow!("load request: {e}"))?;
+            (anep::TYPE_CONTROL, body)
+        }
+        (None, None) => bail!("give --snap FILE or --load FILE"),
+    };
+    let mut d = vec![0u8; anep::HEADER_LEN];
+    anep::write_header(&mut d, anep::FLAG_DISCARD_UNKNOWN, type_id, body.len());
+    d.extend_from_slice(&body);
+    Ok(d)
+}
+
+fn send(a: &SendArgs) -> Result<ExitCode> {
+    use anode_sec::ticket::Envelope;
+    use anode_wire::anep;
+    let reply = std::fs::read(&a.ticket).with_context(|| a.ticket.display().to_string())?;
+    let mut h = TicketHolder::from_reply(&reply).map_err(|e| anyhow!("{}: not a ticket: {e}", a.ticket.display()))?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    if h.expires() <= now.as_secs() {
+        bail!("the ticket expired at {} (Unix s): ask for a new one (`anode domain ticket`)", h.expires());
+    }
+    // Counters never repeat across runs: the node's replay window would
+    // refuse a packet whose counter it has seen.
+    h.set_counter(u64::try_from(now.as_micros()).unwrap_or(u64::MAX));
+    let inner = inner_datagram(a)?;
+    let packet = h.seal_with(u32::from(a.to), &inner, !a.no_ticket);
+    let mut env = Vec::new();
+    Envelope::Ticket(&packet).emit(&mut env).map_err(|e| anyhow!("{e}"))?;
+    let mut d = vec![0u8; anep::HEADER_LEN];
+    anep::write_header(&mut d, anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_DOMAIN, env.len());
+    d.extend_from_slice(&env);
+    let sock = std::net::UdpSocket::bind(if a.node.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" })
+        .context("binding a UDP socket")?;
+    sock.send_to(&d, a.node).with_context(|| format!("sending to {}", a.node))?;
+    println!(
+        "sent {} bytes to {} for {} (ticket {:#x}{}, inner {} bytes)",
+        d.len(),
+        a.node,
+        a.to,
+        h.id(),
+        if a.no_ticket { ", not included" } else { " included" },
+        inner.len()
+    );
+    Ok(ExitCode::SUCCESS)
 }

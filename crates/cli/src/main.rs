@@ -81,7 +81,7 @@ enum Cmd {
     #[command(subcommand)]
     Boot(boot_cmd::BootCmd),
     /// Administrative domains: make a domain secret; get a ticket from a
-    /// node's key distribution service.
+    /// node's key distribution service; send ticket packets to its nodes.
     #[command(subcommand)]
     Domain(domain_cmd::DomainCmd),
     /// Start or stop a testbed of nodes from a topology file.

@@ -309,6 +309,23 @@ pub(crate) fn render(v: &Value) -> String {
             }
         }
     }
+    if let Some(d) = v.get("domain") {
+        let n = &d["node"];
+        let _ = writeln!(
+            s,
+            "\ndomain: service {}  tickets issued {} refused {}\n  node{}: accepted by ticket {}, by attachment {}; \
+             attached {}; loads allowed {}; refused {}",
+            if d["kdc"].as_bool() == Some(true) { "on" } else { "off" },
+            num(d, "issued"),
+            d["refused"],
+            if n["border"].as_bool() == Some(true) { " (border)" } else { "" },
+            num(n, "by_ticket"),
+            num(n, "by_attachment"),
+            num(n, "attached"),
+            num(n, "allowed"),
+            n["refused"]
+        );
+    }
     if let Some(b) = v.get("boot") {
         let _ = writeln!(
             s,

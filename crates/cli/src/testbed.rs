@@ -26,6 +26,8 @@
 //! The plan (ports, addresses, configs, namespace commands) is computed by
 //! pure functions; only [`run`] touches files and processes.
 
+mod domains;
+
 use anode_node::config::{InterfaceConfig, ModulesConfig, NeighborConfig, NodeConfig, SecurityConfig, Topology};
 use anyhow::{Context, Result, anyhow, bail};
 use std::collections::BTreeMap;
@@ -152,6 +154,11 @@ pub struct UpArgs {
     /// paths in it are relative to FILE). May be repeated, one per node.
     #[arg(long, value_name = "NODE=FILE")]
     pub monitor: Vec<String>,
+    /// Administrative domains (SANE §4.7) from a domain map, e.g.
+    /// examples/topologies/domains-map.toml: each member gets a `[domain]`
+    /// section; operator keys and domain secrets go to DIR/keys.
+    #[arg(long, value_name = "MAP")]
+    pub domains: Option<PathBuf>,
 }
 
 /// Settings the testbed writes into every node's config.
@@ -742,6 +749,9 @@ fn up(a: UpArgs) -> Result<ExitCode> {
     let mut plan = plan(&topo, &dir, &endpoints, sec.as_ref(), admin.as_ref(), tuning)
         .with_context(|| format!("planning {}", a.topology.display()))?;
     apply_monitors(&mut plan, &a.monitor)?;
+    if let Some(map) = &a.domains {
+        domains::apply(&mut plan, &dir, map, sec.as_ref())?;
+    }
     let namespaces: Vec<String> = plan.nodes.iter().filter_map(|n| n.namespace.clone()).collect();
     if a.netns && !a.configs_only {
         check_netns(&namespaces)?;

@@ -434,3 +434,85 @@ fn the_node_uses_the_verified_bytes_not_a_file_swapped_after_verification() {
     let e = anode_daemon::load_config(&cfg).expect_err("10.0.0.9 is not in the topology");
     assert!(e.to_string().contains("10.0.0.9"), "{e}");
 }
+
+#[test]
+fn monitoring_modules_at_start_are_the_verified_bytes_of_layer_5() {
+    let bed = Bed::new("monitor");
+    // b also runs a monitoring module on its tap at start: `boot sign` puts
+    // it in layer 5 and its credential in the keys layer, from the config.
+    let code = std::fs::read(modules_dir().join("mon-count.wasm")).expect("mon-count.wasm (run scripts/setup)");
+    std::fs::write(bed.p("tb/mods/count.wasm"), &code).expect("module");
+    bed.ok(&[
+        "monitor",
+        "credential",
+        "issue",
+        "--admin-key",
+        &bed.ps("tb/keys/admin.key"),
+        "--principal",
+        &bed.ps("tb/keys/a.pub"),
+        "--read",
+        "ts,ip.proto,ip.len",
+        "--export",
+        "records",
+        "--expires-in",
+        "1h",
+        "-o",
+        &bed.ps("tb/mods/count.cred"),
+    ]);
+    let admin = std::fs::read_to_string(bed.p("tb/keys/admin.pub")).expect("admin.pub");
+    let cfg = bed.p("tb/b/node.toml");
+    let c = std::fs::read_to_string(&cfg).expect("config");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{c}\n[monitor]\nenabled = true\nadmin_key = \"{}\"\n[[monitor.load]]\nfile = \"../mods/count.wasm\"\n\
+             credential = \"../mods/count.cred\"\nname = \"count\"\n",
+            admin.trim()
+        ),
+    )
+    .expect("config");
+    let out = bed.ok(&[
+        "boot",
+        "sign",
+        "--keys",
+        &bed.ps("keys"),
+        "--repo",
+        &bed.ps("repo"),
+        "--node",
+        "b",
+        "--config",
+        &cfg.display().to_string(),
+        "--base",
+        &bed.ps("tb"),
+        "--binary",
+        &bed.ps("fake-anode"),
+        "--install",
+        &bed.ps("boot"),
+        "--policy",
+        "refuse",
+    ]);
+    assert!(out.contains("monitor"), "{out}");
+    let nb = anode_boot::fsio::boot_node(
+        &bed.p("boot"),
+        cfg.parent().expect("dir"),
+        std::time::SystemTime::now(),
+        false,
+        Vec::new(),
+    )
+    .expect("boot");
+    // Swapped after verification: the daemon loads the verified bytes.
+    std::fs::write(bed.p("tb/mods/count.wasm"), b"not wasm").expect("swap module");
+    let files = anode_daemon::StartFiles::Chain(&nb);
+    let loaded = anode_daemon::load_config_from(&cfg, files).expect("config from the chain");
+    let opts = anode_daemon::Options { boot: Some(std::sync::Arc::new(nb)), ..Default::default() };
+    let d = anode_daemon::Daemon::bind(&loaded.config, loaded.topology.as_ref(), &opts).expect("bind");
+    let tap = d.node().tap_json();
+    assert_eq!(tap["modules"].as_array().map(Vec::len), Some(1), "the verified module is on the tap: {tap}");
+    drop(d);
+    // Without the chain the swapped file is read, and refused.
+    let plain = anode_daemon::load_config(&cfg).expect("config");
+    let e = anode_daemon::Daemon::bind(&plain.config, plain.topology.as_ref(), &anode_daemon::Options::default())
+        .map(|_| ())
+        .expect_err("the swapped module");
+    assert!(e.to_string().contains("count.wasm"), "{e}");
+}

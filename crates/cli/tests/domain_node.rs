@@ -2,7 +2,7 @@
 //! half, first step): `[domain]` in a node's config, `anode domain secret`,
 //! and `anode domain ticket` over an SA (`CONTROL` body 0x22). A ticket the
 //! node issues opens at another node of the domain with no handshake (in
-//! process here: the node's classify path does not take ticket packets yet).
+//! process here; on real daemons: tests/domains_testbed.rs).
 
 mod common;
 

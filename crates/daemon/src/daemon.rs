@@ -214,6 +214,10 @@ fn build_node(
     if let Some(d) = cfg.domain.as_ref().filter(|d| d.kdc) {
         node.enable_kdc(crate::files::domain_kdc(d, files)?, unix_ms_at_zero);
     }
+    if let Some(d) = cfg.domain.as_ref() {
+        let key = crate::files::domain_key(d, files)?;
+        node.enable_domain(cfg, key, unix_ms_at_zero).map_err(|e| DaemonError::Domain(e.to_string()))?;
+    }
     if let Some(m) = &cfg.modules {
         let sb = anode_node::switchlets::sandbox(m, cfg.address, node.route_table()).map_err(config)?;
         node.enable_modules(sb, unix_ms_at_zero);
@@ -408,7 +412,7 @@ impl Daemon {
             d.ledger = Some((w, Instant::now()));
         }
         d.load_start_modules(files)?;
-        d.start_tap(unix_ms_at_zero)?;
+        d.start_tap(unix_ms_at_zero, files)?;
         d.log_start();
         Ok(d)
     }

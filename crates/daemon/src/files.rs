@@ -119,6 +119,27 @@ pub fn boot_json(nb: &anode_boot::fsio::NodeBoot) -> serde_json::Value {
 /// # Errors
 /// [`DaemonError::Domain`], or the secret's read error.
 pub fn domain_kdc(d: &anode_node::config::DomainConfig, files: StartFiles<'_>) -> Result<anode_sec::Kdc, DaemonError> {
+    let rate = d.tickets_per_user_per_sec;
+    let cfg = anode_sec::KdcConfig {
+        epoch: d.epoch,
+        max_lifetime_s: d.max_ticket_secs,
+        per_user_per_sec: rate,
+        per_user_burst: rate.saturating_mul(5),
+        ..Default::default()
+    };
+    anode_sec::Kdc::new(domain_key(d, files)?, cfg, 0).map_err(|e| DaemonError::Domain(e.to_string()))
+}
+
+/// The domain of `[domain]` `d`: its operator's key and its secret, read
+/// from `files` (a file group or others can read is refused, as for node
+/// keys).
+///
+/// # Errors
+/// [`DaemonError::Domain`], or the secret's read error.
+pub fn domain_key(
+    d: &anode_node::config::DomainConfig,
+    files: StartFiles<'_>,
+) -> Result<anode_sec::DomainKey, DaemonError> {
     use std::os::unix::fs::PermissionsExt;
     let bad = |what: String| DaemonError::Domain(format!("secret {}: {what}", d.secret.display()));
     let mode = std::fs::metadata(&d.secret).map_err(|e| bad(e.to_string()))?.permissions().mode() & 0o777;
@@ -131,9 +152,7 @@ pub fn domain_kdc(d: &anode_node::config::DomainConfig, files: StartFiles<'_>) -
         .and_then(anode_sec::DomainKey::parse_secret)
         .ok_or_else(|| bad(format!("not `{} <64 hex digits>`", anode_sec::domain::SECRET_TAG)))?;
     let operator = anode_sec::PublicKey::parse(&d.operator).map_err(|e| DaemonError::Domain(e.to_string()))?;
-    let cfg = anode_sec::KdcConfig { epoch: d.epoch, max_lifetime_s: d.max_ticket_secs, ..Default::default() };
-    anode_sec::Kdc::new(anode_sec::DomainKey::new(operator, &secret), cfg, 0)
-        .map_err(|e| DaemonError::Domain(e.to_string()))
+    Ok(anode_sec::DomainKey::new(operator, &secret))
 }
 
 /// Reads and validates a node configuration file and its topology file;

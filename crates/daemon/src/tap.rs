@@ -6,6 +6,7 @@
 
 use crate::DaemonError;
 use crate::daemon::Daemon;
+use crate::files::StartFiles;
 use anode_monitor::apps::abi::Record;
 use anode_monitor::{CryptoPan, IpfixEncoder, LinkType, ModuleCounters, Monitor, MonitorConfig, Output, PcapSink};
 use anode_node::config::{MonitorSection, NodeConfig};
@@ -103,7 +104,10 @@ fn anon_key(file: &Path) -> Result<CryptoPan, TapError> {
 }
 
 /// The monitor `[monitor]` describes, its modules loaded.
-fn build_monitor(m: &MonitorSection, pk: &anode_sec::PublicKey) -> Result<Monitor, DaemonError> {
+/// Module and credential files are read through `files`: with `--boot`,
+/// the verified bytes of the chain (layer 5 and the keys layer), not the
+/// paths again; a module a degraded boot left out is not loaded.
+fn build_monitor(m: &MonitorSection, pk: &anode_sec::PublicKey, files: StartFiles<'_>) -> Result<Monitor, DaemonError> {
     let root = anode_cred::root_key_from_ed25519(pk.as_bytes()).map_err(|e| TapError::AdminKey(e.to_string()))?;
     let key = m.anon_key.as_deref().map(anon_key).transpose()?;
     if let Some(k) = &key {
@@ -112,9 +116,11 @@ fn build_monitor(m: &MonitorSection, pk: &anode_sec::PublicKey) -> Result<Monito
     let cfg = MonitorConfig { batch: m.batch, unload_after: m.unload_after, ..MonitorConfig::default() };
     let mut mon = Monitor::new(root, cfg, key).map_err(TapError::Setup)?;
     for l in &m.loads {
-        let read =
-            |f: &Path| std::fs::read(f).map_err(|source| DaemonError::ReadFile { file: f.to_path_buf(), source });
-        let (code, cred) = (read(&l.file)?, read(&l.credential)?);
+        let Some(code) = files.read(&l.file)? else {
+            warn!(file = %l.file.display(), "monitoring module not loaded: the degraded boot left it out");
+            continue;
+        };
+        let cred = files.read_needed(&l.credential)?;
         let stem = l.file.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
         let name = l.name.clone().unwrap_or(stem);
         let id = mon
@@ -135,10 +141,11 @@ pub(crate) fn start(
     listen: &[SocketAddr],
     unix_ms_at_zero: u64,
     now_ms: u64,
+    files: StartFiles<'_>,
 ) -> Result<Option<TapFiles>, DaemonError> {
     let Some(m) = cfg.monitor.as_ref().filter(|m| m.enabled) else { return Ok(None) };
     let pk = anode_sec::PublicKey::parse(&m.admin_key).map_err(|e| TapError::AdminKey(e.to_string()))?;
-    let monitor = build_monitor(m, &pk)?;
+    let monitor = build_monitor(m, &pk, files)?;
     let interfaces = cfg.interfaces.iter().map(|i| m.interfaces.is_empty() || m.interfaces.contains(&i.name)).collect();
     let tc = TapConfig {
         interfaces,
@@ -229,9 +236,9 @@ impl TapFiles {
 
 impl Daemon {
     /// Turns the tap on if `[monitor]` says so ([`start`]).
-    pub(crate) fn start_tap(&mut self, unix_ms_at_zero: u64) -> Result<(), DaemonError> {
+    pub(crate) fn start_tap(&mut self, unix_ms_at_zero: u64, files: StartFiles<'_>) -> Result<(), DaemonError> {
         let now_ms = self.now_ms();
-        self.tap = start(&mut self.node, &self.cfg, &self.run_dir, &self.listen, unix_ms_at_zero, now_ms)?;
+        self.tap = start(&mut self.node, &self.cfg, &self.run_dir, &self.listen, unix_ms_at_zero, now_ms, files)?;
         Ok(())
     }
 

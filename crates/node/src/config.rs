@@ -180,6 +180,8 @@ pub enum KeyField {
     MonitorAdminKey,
     /// `[domain] operator`.
     DomainOperator,
+    /// `[domain] members`.
+    DomainMember,
 }
 
 impl core::fmt::Display for KeyField {
@@ -191,6 +193,7 @@ impl core::fmt::Display for KeyField {
             KeyField::SessionPrincipal(i) => write!(f, "[[modules.session]] #{i} principal"),
             KeyField::MonitorAdminKey => f.write_str("[monitor] admin_key"),
             KeyField::DomainOperator => f.write_str("[domain] operator"),
+            KeyField::DomainMember => f.write_str("[domain] members"),
         }
     }
 }
@@ -419,6 +422,10 @@ fn epoch_one() -> u32 {
     1
 }
 
+fn one_per_sec() -> u32 {
+    1
+}
+
 fn default_ticket_secs() -> u64 {
     300
 }
@@ -444,6 +451,36 @@ pub struct DomainConfig {
     /// Longest ticket lifetime, seconds (1..=86400).
     #[serde(default = "default_ticket_secs")]
     pub max_ticket_secs: u64,
+    /// Tickets per second per user (burst 5 times as many); 1..=1000.
+    #[serde(default = "one_per_sec")]
+    pub tickets_per_user_per_sec: u32,
+    /// A border (perimeter) node: admits ticket packets entering the domain
+    /// for other members and sends them on with a perimeter attachment.
+    #[serde(default, skip_serializing_if = "core::ops::Not::not")]
+    pub border: bool,
+    /// The public keys (hex) of the domain's nodes. A neighbour whose key is
+    /// not listed is outside the domain: a node that is not a border refuses
+    /// its traffic (it bypassed the perimeter). Empty: every neighbour is
+    /// taken to be inside.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<String>,
+}
+
+impl DomainConfig {
+    /// A section for the domain of `operator` with its secret in `secret`,
+    /// the defaults otherwise (epoch 1, a service, 300 s tickets, interior).
+    pub fn new(operator: String, secret: PathBuf) -> DomainConfig {
+        DomainConfig {
+            operator,
+            secret,
+            epoch: 1,
+            kdc: true,
+            max_ticket_secs: default_ticket_secs(),
+            tickets_per_user_per_sec: 1,
+            border: false,
+            members: Vec::new(),
+        }
+    }
 }
 
 /// The `[modules]` section: the sandbox for switchlets and capsules.
@@ -937,6 +974,12 @@ impl NodeConfig {
             if !(1..=86_400).contains(&d.max_ticket_secs) {
                 return Err(ConfigError::Domain("max_ticket_secs must be 1..=86400"));
             }
+            if !(1..=1000).contains(&d.tickets_per_user_per_sec) {
+                return Err(ConfigError::Domain("tickets_per_user_per_sec must be 1..=1000"));
+            }
+            for m in &d.members {
+                parse_key(KeyField::DomainMember, m)?;
+            }
         }
         Ok(())
     }
@@ -1292,7 +1335,13 @@ link = [{ a = "a", b = "b" }, { a = "b", b = "c" }, { a = "c", b = "d" }, { a = 
         let ok = format!("operator = \"{op}\"\nsecret = \"d.secret\"\n");
         let c = cfg(true, &ok).expect("valid");
         let d = c.domain.expect("domain");
-        assert_eq!((d.epoch, d.kdc, d.max_ticket_secs), (1, true, 300));
+        assert_eq!((d.epoch, d.kdc, d.max_ticket_secs, d.border, d.members.len()), (1, true, 300, false, 0));
+        let b = cfg(true, &format!("{ok}border = true\nmembers = [\"{peer}\"]\n")).expect("valid");
+        assert_eq!(b.domain.as_ref().map(|d| (d.border, d.members.clone())), Some((true, vec![peer.clone()])));
+        assert!(matches!(
+            cfg(true, &format!("{ok}members = [\"00\"]\n")),
+            Err(ConfigError::BadKey { what: KeyField::DomainMember, .. })
+        ));
         assert!(matches!(cfg(false, &ok), Err(ConfigError::Domain(m)) if m.contains("[security]")));
         assert!(matches!(cfg(true, "operator = \"00\"\nsecret = \"d\"\n"), Err(ConfigError::BadKey { .. })));
         assert!(matches!(cfg(true, &format!("{ok}epoch = 0\n")), Err(ConfigError::Domain(_))));

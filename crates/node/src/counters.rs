@@ -52,6 +52,21 @@ drops! {
     PoolFull        "pool_full"         "A module job (alarm, channel packet) refused because its session's event pool was full.";
     CapsuleRefused  "capsule_refused"   "A capsule (or code request/reply) the sandbox refused: see `modules.capsule_refused` for the reason.";
     TxLimit         "tx_limit"          "A packet a module asked to send, over its principal's transmit limit (best-effort allowance plus its session's tx reservation).";
+    DomainOff       "domain_off"        "A domain datagram (0xA008) at a node without `[domain]`.";
+    DomainMalformed "domain_malformed"  "A domain envelope, ticket packet, ticket or attachment that does not parse.";
+    DomainWrongDomain "domain_wrong_domain" "A ticket or attachment of another administrative domain.";
+    DomainEpoch     "domain_epoch"      "A ticket or attachment sealed under a revoked or unknown key epoch.";
+    DomainForgedTicket "domain_forged_ticket" "A ticket that does not open under the domain's key (forged or altered).";
+    DomainBadPacket "domain_bad_packet" "A ticket packet that fails authentication under its ticket's session key.";
+    DomainBadAttachment "domain_bad_attachment" "A perimeter attachment that fails verification (forged, altered, moved).";
+    DomainNoAttachment "domain_no_attachment" "A packet from outside the domain that did not pass a border (no attachment, or from a neighbour outside `[domain] members`).";
+    DomainExpired   "domain_expired"    "A ticket or attachment past its expiry (or not yet valid).";
+    DomainReplay    "domain_replay"     "A replayed ticket packet or attachment.";
+    DomainRevoked   "domain_revoked"    "A revoked ticket or user.";
+    DomainUnknownTicket "domain_unknown_ticket" "A ticket packet without its ticket, for a ticket this node does not hold.";
+    DomainNotForMe  "domain_not_for_me" "A ticket packet for another node (at a node that is not a border), or an attached packet for another node from outside.";
+    DomainCredential "domain_credential" "A domain packet asking for more than its attached credential allows (or with unreadable code).";
+    DomainInner     "domain_inner"      "An accepted domain packet carrying something other than a SNAP packet or a module load.";
 }
 
 /// Number of drop reasons.

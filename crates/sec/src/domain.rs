@@ -511,6 +511,19 @@ impl TicketHolder {
         })
     }
 
+    /// Continues sealing after packet counter `counter` (the next packet
+    /// gets `counter + 1`). A user process that starts again with the same
+    /// ticket must not reuse counters, or the nodes refuse its packets as
+    /// replays: `anode domain send` starts at the Unix time in microseconds.
+    pub fn set_counter(&mut self, counter: u64) {
+        self.counter = counter;
+    }
+
+    /// The ticket's id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     /// The ticket's bytes.
     pub fn ticket(&self) -> &[u8] {
         &self.ticket

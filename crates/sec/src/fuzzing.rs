@@ -113,6 +113,11 @@ pub fn domain_message(data: &[u8]) {
     let _ = TicketBody::parse(data);
     let _ = TicketPacketRepr::parse(data);
     let _ = AttachmentRepr::parse(data);
+    if let Ok(e) = crate::ticket::Envelope::parse(data) {
+        let mut v = Vec::new();
+        assert!(e.emit(&mut v).is_ok() && v.len() == e.buffer_len(), "a parsed envelope re-encodes");
+        assert_eq!(crate::ticket::Envelope::parse(&v), Ok(e), "to an equal one");
+    }
     if let Ok(m) = KdcMessage::parse(data) {
         assert_eq!(KdcMessage::parse(&m.to_vec()), Ok(m), "a parsed message re-encodes to an equal one");
     }
@@ -153,9 +158,18 @@ pub fn domain_seeds() -> Vec<Vec<u8>> {
         if let Ok(mut border) = DomainNode::new(DomainKey::new(op.public(), &[7; 32]), 1, op.public(), 1)
             && let Ok((a, att)) = border.admit(&first, &Default::default(), 1_800_000_000)
         {
-            let mut v = att;
+            let mut v = att.clone();
             v.extend_from_slice(&a.payload);
             seeds.push(v);
+            let mut e = Vec::new();
+            let env = crate::ticket::Envelope::Attached { destination: 2, attachment: Some(&att), inner: &a.payload };
+            if env.emit(&mut e).is_ok() {
+                seeds.push(e);
+            }
+            let mut t = Vec::new();
+            if crate::ticket::Envelope::Ticket(&first).emit(&mut t).is_ok() {
+                seeds.push(t);
+            }
         }
     }
     seeds

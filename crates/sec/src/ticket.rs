@@ -49,6 +49,14 @@
 //! reply:   kind 2 | rsvd (1) | ticket len (2) | expires (8) | session key (32) | ticket
 //! refusal: kind 3 | code (1): 1 rate limited, 2 credential refused, 3 malformed, 4 not a service
 //! ```
+//!
+//! # Domain envelope (the payload of ANEP type `0xA008` on a node)
+//!
+//! ```text
+//! ticket:   kind 1 | ticket-authenticated packet (rest)
+//! attached: kind 2 | rsvd (1) | attachment len (2) | destination (4) | attachment | inner packet (rest)
+//!           attachment len 0: no attachment (a packet that did not pass a border)
+//! ```
 
 /// Format version of every message here.
 pub const VERSION: u8 = 1;
@@ -564,6 +572,97 @@ impl<'a> KdcMessage<'a> {
     }
 }
 
+// --------------------------------------------------------- domain envelope
+
+/// Largest perimeter attachment.
+pub const MAX_ATTACHMENT: usize = ATTACH_HEADER + MAX_CREDENTIAL + ATTACH_TAG;
+
+/// What a node's domain datagram carries: a user's ticket-authenticated
+/// packet, or a packet a border admitted, with its perimeter attachment,
+/// on its way through the domain to `destination`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Envelope<'a> {
+    /// A ticket-authenticated packet (kind 1), as [`TicketPacketRepr`] frames it.
+    Ticket(&'a [u8]),
+    /// A packet admitted at a border (kind 2).
+    Attached {
+        /// The overlay address of the node it is for.
+        destination: u32,
+        /// The perimeter attachment (`None`: the packet came without one).
+        attachment: Option<&'a [u8]>,
+        /// The inner packet the attachment is bound to.
+        inner: &'a [u8],
+    },
+}
+
+impl<'a> Envelope<'a> {
+    /// Parses an envelope. The ticket packet and attachment inside are
+    /// framed, not checked: [`crate::DomainNode`] parses them.
+    ///
+    /// # Errors
+    /// [`WireError::Truncated`], [`WireError::Reserved`],
+    /// [`WireError::Trailing`] (an attachment over [`MAX_ATTACHMENT`]),
+    /// [`WireError::Kind`].
+    pub fn parse(b: &'a [u8]) -> Result<Envelope<'a>, WireError> {
+        match b.first() {
+            None => Err(WireError::Truncated),
+            Some(1) => Ok(Envelope::Ticket(&b[1..])),
+            Some(2) => {
+                if b.len() < 8 {
+                    return Err(WireError::Truncated);
+                }
+                if b[1] != 0 {
+                    return Err(WireError::Reserved);
+                }
+                let al = be16(b, 2) as usize;
+                if al > MAX_ATTACHMENT {
+                    return Err(WireError::Trailing);
+                }
+                let rest = b.get(8..).unwrap_or(&[]);
+                if rest.len() < al {
+                    return Err(WireError::Truncated);
+                }
+                let (att, inner) = rest.split_at(al);
+                Ok(Envelope::Attached { destination: be32(b, 4), attachment: (al > 0).then_some(att), inner })
+            }
+            Some(&k) => Err(WireError::Kind(k)),
+        }
+    }
+
+    /// Bytes [`Envelope::emit`] writes.
+    pub fn buffer_len(&self) -> usize {
+        match self {
+            Envelope::Ticket(p) => 1 + p.len(),
+            Envelope::Attached { attachment, inner, .. } => 8 + attachment.map_or(0, <[u8]>::len) + inner.len(),
+        }
+    }
+
+    /// Appends the envelope to `out`.
+    ///
+    /// # Errors
+    /// [`WireError::Trailing`] for an attachment over [`MAX_ATTACHMENT`].
+    pub fn emit(&self, out: &mut Vec<u8>) -> Result<(), WireError> {
+        match *self {
+            Envelope::Ticket(p) => {
+                out.push(1);
+                out.extend_from_slice(p);
+            }
+            Envelope::Attached { destination, attachment, inner } => {
+                let att = attachment.unwrap_or(&[]);
+                if att.len() > MAX_ATTACHMENT {
+                    return Err(WireError::Trailing);
+                }
+                out.extend_from_slice(&[2, 0]);
+                out.extend_from_slice(&(att.len() as u16).to_be_bytes());
+                out.extend_from_slice(&destination.to_be_bytes());
+                out.extend_from_slice(att);
+                out.extend_from_slice(inner);
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -575,6 +674,36 @@ mod tests {
         TicketRepr::emit_header([7; 16], 2, 99, [5; 12], sealed.len(), &mut t);
         t.extend_from_slice(&sealed);
         t
+    }
+
+    #[test]
+    fn envelope_construct_deconstruct_and_rejections() {
+        let t = Envelope::Ticket(b"packet");
+        let mut b = Vec::new();
+        t.emit(&mut b).unwrap();
+        assert_eq!((b.len(), Envelope::parse(&b)), (t.buffer_len(), Ok(t)));
+        let a = Envelope::Attached { destination: 0x0a00_0002, attachment: Some(b"att"), inner: b"inner" };
+        let mut b = Vec::new();
+        a.emit(&mut b).unwrap();
+        assert_eq!(b[..8], [2, 0, 0, 3, 10, 0, 0, 2]);
+        assert_eq!((b.len(), Envelope::parse(&b)), (a.buffer_len(), Ok(a)));
+        let none = Envelope::Attached { destination: 1, attachment: None, inner: b"x" };
+        let mut n = Vec::new();
+        none.emit(&mut n).unwrap();
+        assert_eq!(Envelope::parse(&n), Ok(none));
+        assert_eq!(Envelope::parse(&[]), Err(WireError::Truncated));
+        assert_eq!(Envelope::parse(&b[..7]), Err(WireError::Truncated));
+        assert_eq!(Envelope::parse(&b[..10]), Err(WireError::Truncated));
+        assert_eq!(Envelope::parse(&[9]), Err(WireError::Kind(9)));
+        let mut r = b.clone();
+        r[1] = 1;
+        assert_eq!(Envelope::parse(&r), Err(WireError::Reserved));
+        let big = vec![0u8; MAX_ATTACHMENT + 1];
+        let e = Envelope::Attached { destination: 1, attachment: Some(&big), inner: b"" };
+        assert_eq!(e.emit(&mut Vec::new()), Err(WireError::Trailing));
+        let mut over = vec![2, 0, 0xff, 0xff, 0, 0, 0, 1];
+        over.extend_from_slice(&big);
+        assert_eq!(Envelope::parse(&over), Err(WireError::Trailing));
     }
 
     #[test]

@@ -343,3 +343,20 @@ fn the_shipped_two_domain_topology_is_consistent() {
         assert!(borders.contains(a) && borders.contains(b), "{a}-{b} crosses domains between non-border nodes");
     }
 }
+
+#[test]
+fn a_user_that_starts_again_continues_its_counter_and_an_old_one_is_a_replay() {
+    let mut w = world();
+    let mut h = ticket(&mut w, 60);
+    let first = h.seal(addr(12), b"one");
+    assert!(w.a2.open_packet(&first, NOW).is_ok());
+    // A second process with the same ticket (as `anode domain send` runs
+    // again) starts past every counter used: accepted.
+    h.set_counter(1_000_000);
+    let later = h.seal_with(addr(12), b"two", false);
+    assert_eq!(w.a2.open_packet(&later, NOW).map(|a| a.payload), Ok(b"two".to_vec()));
+    // One that starts at 0 again reuses counters the node has seen.
+    h.set_counter(0);
+    let again = h.seal_with(addr(12), b"three", false);
+    assert!(matches!(w.a2.open_packet(&again, NOW), Err(DomainError::Replay(_))));
+}

@@ -54,6 +54,10 @@ pub const TYPE_HANDSHAKE: u16 = 0xA006;
 /// An encrypted and authenticated datagram: like [`TYPE_AUTH`] with the
 /// inner datagram encrypted.
 pub const TYPE_ESP: u16 = 0xA007;
+/// An administrative domain's datagram (SANE §4.7): a user's
+/// ticket-authenticated packet, or a packet a border admitted with its
+/// perimeter attachment (`anode_sec::ticket::Envelope`, `docs/security.md`).
+pub const TYPE_DOMAIN: u16 = 0xA008;
 
 mod field {
     use core::ops::Range;

@@ -6,7 +6,8 @@
 //! datagram ─► outer ANEP check (Frame) ─┬─ security off ─► dispatch(Frame)
 //!                                       └─ security on: HANDSHAKE ─► key establishment
 //!                                                       AUTH/ESP ─► verify, open in place
-//!                                                           ─► inner ANEP check (Frame) ─► control │ dispatch
+//!                                                           ─► inner ANEP check (Frame) ─► control │ domain │ dispatch
+//!                                                       DOMAIN ─► ticket or attachment check (core::domain)
 //!                                                       other ─► drop(non_neighbor)
 //! dispatch: SNAP ─► data::run_snap │ plain ─► data::plain │ capsule ─► sandbox │ other ─► pass on │ drop
 //! ```
@@ -75,6 +76,12 @@ impl Node {
                 self.handshake(iface, from, &buf[f.payload..f.end], now_ms, out)
             }
             anep::TYPE_AUTH | anep::TYPE_ESP => self.protected(iface, from, buf, f, now_ms, out),
+            anep::TYPE_DOMAIN => {
+                // Authenticated by its ticket or attachment, not by an SA.
+                let mark = out.transmits.len();
+                self.domain_datagram(None, buf, f, now_ms, out);
+                self.protect(buf, out, mark, now_ms);
+            }
             _ => self.counters.drop(Drop::NonNeighbor),
         }
     }
@@ -157,6 +164,10 @@ impl Node {
         if inner.type_id == anep::TYPE_CONTROL {
             out.system = true;
             self.control(principal, endpoint, iface, &buf[inner.payload..inner.end], now_ms, out);
+        } else if self.bypasses_perimeter(principal.as_ref()) {
+            return;
+        } else if inner.type_id == anep::TYPE_DOMAIN {
+            self.domain_datagram(principal, buf, inner, now_ms, out);
         } else {
             self.tap_packet(iface, from.or(endpoint), &buf[inner.base..inner.end], now_ms);
             let prev = endpoint.and_then(|e| self.ep_addr.get(&e).copied());

@@ -34,10 +34,11 @@ impl Node {
     pub fn kdc_json(&self) -> Option<serde_json::Value> {
         let k = &self.kdc;
         let c = k.kdc.as_ref().map(|(kdc, _)| kdc.counters().clone());
-        (c.is_some() || k.off > 0 || k.unauthenticated > 0).then(|| {
+        let node = self.domain_node_json();
+        (c.is_some() || node.is_some() || k.off > 0 || k.unauthenticated > 0).then(|| {
             let c = c.unwrap_or_default();
             serde_json::json!({"kdc": k.kdc.is_some(), "issued": c.issued, "refused": c.refused,
-                               "unauthenticated": k.unauthenticated, "no_service": k.off})
+                               "unauthenticated": k.unauthenticated, "no_service": k.off, "node": node})
         })
     }
 

@@ -18,6 +18,7 @@
 mod classify;
 mod control;
 mod data;
+mod domain;
 mod kdc;
 mod modules;
 mod recovery;
@@ -25,6 +26,7 @@ mod seal;
 mod sessions;
 mod tap;
 
+pub use domain::drop_of as domain_drop_of;
 pub use kdc::KDC_OP;
 pub use modules::LoadFailure;
 pub use recovery::{RECOVERY_OP, RecoveryCounters, RepoFn};
@@ -295,6 +297,8 @@ pub struct Node {
     recovery: recovery::Recovery,
     /// The domain's key distribution service.
     kdc: kdc::KdcState,
+    /// Membership of an administrative domain: tickets, perimeter.
+    domain: Option<Box<domain::DomainState>>,
 }
 
 impl Node {
@@ -370,6 +374,7 @@ impl Node {
             tap: None,
             recovery: recovery::Recovery::default(),
             kdc: kdc::KdcState::default(),
+            domain: None,
         })
     }
 
