@@ -141,6 +141,10 @@ pub struct UpArgs {
     /// NODE_DIR/periods.csv (`anode node --period-log`; Fig. 11).
     #[arg(long)]
     pub period_log: bool,
+    /// Every node's link MTU, bytes (`[node] link_mtu`): longer datagrams
+    /// go as fragments. Off by default (loopback carries 64 KiB datagrams).
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u16).range(576..))]
+    pub link_mtu: Option<u16>,
     /// Every node's SA lifetime, seconds (`[security] reject_after_secs`;
     /// nodes rekey at half of it). Short lifetimes are for tests.
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(2..))]
@@ -166,6 +170,7 @@ pub struct UpArgs {
 struct Tuning {
     sa_lifetime: Option<u64>,
     session_grace: Option<u64>,
+    link_mtu: usize,
 }
 
 /// Security settings for a plan: the mode, and every node's public key and
@@ -340,6 +345,7 @@ fn plan(
     for n in &t.nodes {
         let mut cfg = NodeConfig::new(n.address);
         cfg.run_dir = Some(dir.join(&n.name));
+        cfg.link_mtu = tuning.link_mtu;
         let mut listens = Vec::new();
         for (i, peer) in links_of(t, &n.name) {
             let listen = end(i, &n.name)?;
@@ -745,7 +751,11 @@ fn up(a: UpArgs) -> Result<ExitCode> {
                 .public(),
         )
     };
-    let tuning = Tuning { sa_lifetime: a.sa_lifetime, session_grace: a.session_grace };
+    let tuning = Tuning {
+        sa_lifetime: a.sa_lifetime,
+        session_grace: a.session_grace,
+        link_mtu: a.link_mtu.map_or(0, usize::from),
+    };
     let mut plan = plan(&topo, &dir, &endpoints, sec.as_ref(), admin.as_ref(), tuning)
         .with_context(|| format!("planning {}", a.topology.display()))?;
     apply_monitors(&mut plan, &a.monitor)?;

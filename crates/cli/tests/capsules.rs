@@ -58,6 +58,53 @@ fn capsule_ping_code_carried_and_by_hash() {
     assert!(!o.status.success() && text(&o).contains("needs a credential"), "{}", text(&o));
 }
 
+/// A capsule longer than the links' MTU (issue 19): with `link_mtu = 1500`
+/// the ping capsule carrying its ~1.6 KB of code goes hop by hop as
+/// fragments (`anode_wire::frag`) and is reassembled at each next hop;
+/// replies that fit go whole.
+#[test]
+fn a_capsule_longer_than_the_link_mtu_crosses_as_fragments() {
+    let s = Scratch::new("capstest", "frag");
+    up_line3(&s, &["--security", "encrypt", "--link-mtu", "1500"]);
+    let admin = s.tb().join("keys").join("admin.key");
+    assert!(module("ping").len() > 1500 - 28, "the test needs a capsule longer than the MTU");
+    let o = Command::new(ANODE)
+        .args(["ping", "10.0.0.3", "--capsule", "-c", "3", "-i", "0.05", "-W", "3", "--module"])
+        .arg(modules_dir().join("ping.wasm"))
+        .arg("--admin-key")
+        .arg(&admin)
+        .arg("--run-dir")
+        .arg(s.tb().join("a"))
+        .output()
+        .unwrap();
+    assert!(text(&o).contains("3 received"), "{}", text(&o));
+    let (a, b) = (status(&s.tb().join("a")), status(&s.tb().join("b")));
+    let (fa, fb) = (&a["fragments"], &b["fragments"]);
+    assert_eq!(fa["link_mtu_payload"], 1472, "{fa}");
+    assert!(fa["tx_datagrams"].as_u64().unwrap() >= 3, "a sent each capsule as fragments: {fa}");
+    assert!(fa["tx_fragments"].as_u64().unwrap() >= 6, "{fa}");
+    assert!(fb["rx_reassembled"].as_u64().unwrap() >= 3, "b put them back together: {fb}");
+    assert!(fb["tx_datagrams"].as_u64().unwrap() >= 3, "and sent them on as fragments: {fb}");
+    assert_eq!(fb["rx_held_bytes"], 0, "nothing is left half-reassembled: {fb}");
+    for d in ["malformed", "duplicate", "overlap", "out_of_order", "no_room", "oversized"] {
+        assert_eq!(fb["drops"][d], 0, "{d}: {fb}");
+    }
+    // A fragment set that is never completed is dropped and counted.
+    let b_listen = first_listen(&s.tb().join("b"));
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut piece = Vec::new();
+    anode_wire::frag::fragment(&[7u8; 3000], 1472, 99, &mut Vec::new(), |f| piece.push(f.to_vec())).unwrap();
+    sock.send_to(&piece[0], &b_listen).unwrap();
+    std::thread::sleep(Duration::from_millis(2300));
+    // The next datagram from anyone lets b expire it.
+    sock.send_to(&piece[0], &b_listen).unwrap();
+    assert!(
+        common::eventually(3.0, || status(&s.tb().join("b"))["fragments"]["drops"]["incomplete"].as_u64() >= Some(1)),
+        "{}",
+        status(&s.tb().join("b"))["fragments"]
+    );
+}
+
 #[test]
 fn looping_capsules_starve_neither_snap_forwarding_nor_other_capsules() {
     use anode_cred::{GrantSpec, InterfaceSet, Issuer, Limits, ModuleGrant, ModuleHash, PrincipalId};

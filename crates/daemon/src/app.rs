@@ -464,7 +464,15 @@ impl Daemon {
         // Reply first, then what the request produced (a ping to this node
         // itself gets OK, then DELIVER).
         let outs = std::slice::from_ref(&self.inject_out);
-        send_transmits(&self.udp, &mut self.tx_hdrs, &mut self.node, &mut self.droplog, outs, &self.no_input);
+        send_transmits(
+            &self.udp,
+            &mut self.tx_hdrs,
+            &mut self.node,
+            &mut self.droplog,
+            &mut self.frag,
+            outs,
+            &self.no_input,
+        );
         let mut local = Local { clients: &mut self.clients, epoll: &self.epoll, stats: &mut self.stats };
         local.deliver(&mut self.node, &mut self.msg, outs, &self.no_input);
         self.inject_out.clear();

@@ -149,6 +149,8 @@ pub struct Daemon {
     pub(crate) inject_out: Outbox,
     pub(crate) timer_out: Outbox,
     pub(crate) no_input: [Vec<u8>; 1],
+    /// Link-layer fragmentation and reassembly (`[node] link_mtu`).
+    pub(crate) frag: crate::frag::Frag,
     pub(crate) app_buf: Vec<u8>,
     pub(crate) msg: Vec<u8>,
     pub(crate) started: Instant,
@@ -385,6 +387,7 @@ impl Daemon {
             inject_out: Outbox::default(),
             timer_out: Outbox::default(),
             no_input: [Vec::new()],
+            frag: crate::frag::Frag::new(cfg.link_mtu),
             app_buf: vec![0; local::MAX_MESSAGE + 1],
             msg: Vec::with_capacity(3 + blen),
             charged: false,
@@ -725,7 +728,15 @@ impl Daemon {
             debug!(target: "anode::snap", "{}", self.timer_out.log.trim_end());
         }
         let outs = std::slice::from_ref(&self.timer_out);
-        send_transmits(&self.udp, &mut self.tx_hdrs, &mut self.node, &mut self.droplog, outs, &[Vec::new()]);
+        send_transmits(
+            &self.udp,
+            &mut self.tx_hdrs,
+            &mut self.node,
+            &mut self.droplog,
+            &mut self.frag,
+            outs,
+            &[Vec::new()],
+        );
         let mut local = crate::app::Local { clients: &mut self.clients, epoll: &self.epoll, stats: &mut self.stats };
         local.deliver(&mut self.node, &mut self.msg, outs, &[Vec::new()]);
     }

@@ -41,6 +41,7 @@ mod control;
 pub mod daemon;
 mod droplog;
 pub mod files;
+pub(crate) mod frag;
 mod ledger;
 mod periodlog;
 pub mod ratelog;

@@ -5,6 +5,7 @@ use crate::BATCH;
 use crate::app::Local;
 use crate::daemon::Daemon;
 use crate::droplog::DropLog;
+use crate::frag::Frag;
 use anode_node::core::{Node, Outbox, Owner};
 use nix::errno::Errno;
 use nix::sys::socket::{ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg};
@@ -100,6 +101,23 @@ impl Daemon {
         let mut t = rcane.then(Instant::now);
         for i in 0..n {
             outs[i].clear();
+            // A fragment is held until its datagram is whole, which is then
+            // handled in its place (the buffer holds up to 64 KiB).
+            if let Some(r) = self.frag.take(froms[i], bufs[i].get(..lens[i]).unwrap_or(&[]), now_ms) {
+                match r {
+                    Ok(Some(whole)) if whole.len() <= bufs[i].len() => {
+                        bufs[i][..whole.len()].copy_from_slice(&whole);
+                        lens[i] = whole.len();
+                    }
+                    _ => {
+                        spent[i] = 0;
+                        if let Some(t0) = t.as_mut() {
+                            *t0 = Instant::now();
+                        }
+                        continue;
+                    }
+                }
+            }
             self.node.handle_datagram_from(iface, froms[i], &mut bufs[i], lens[i], now_ms, &mut outs[i]);
             if !outs[i].log.is_empty() {
                 debug!(target: "anode::snap", "{}", outs[i].log.trim_end());
@@ -115,7 +133,15 @@ impl Daemon {
                 *t0 = t1;
             }
         }
-        send_transmits(&self.udp, &mut self.tx_hdrs, &mut self.node, &mut self.droplog, &outs[..n], &bufs[..n]);
+        send_transmits(
+            &self.udp,
+            &mut self.tx_hdrs,
+            &mut self.node,
+            &mut self.droplog,
+            &mut self.frag,
+            &outs[..n],
+            &bufs[..n],
+        );
         let mut local = Local { clients: &mut self.clients, epoll: &self.epoll, stats: &mut self.stats };
         local.deliver(&mut self.node, &mut self.msg, &outs[..n], &bufs[..n]);
         if rcane {
@@ -159,16 +185,22 @@ pub(crate) fn send_transmits(
     hdrs: &mut MultiHeaders<SockaddrStorage>,
     node: &mut Node,
     droplog: &mut DropLog,
+    frag: &mut Frag,
     outs: &[Outbox],
     bufs: &[Vec<u8>],
 ) {
+    let mut pieces: Vec<Vec<u8>> = Vec::new();
     for (iface, sock) in udp.iter().enumerate() {
         let mut iovs = [[IoSlice::new(&[])]; BATCH];
         let mut addrs: [Option<SockaddrStorage>; BATCH] = [None; BATCH];
         let mut k = 0;
         for (out, buf) in outs.iter().zip(bufs) {
             for t in out.transmits.iter().filter(|t| t.iface == iface) {
-                iovs[k] = [IoSlice::new(out.bytes(&t.data, buf))];
+                let bytes = out.bytes(&t.data, buf);
+                if frag.too_long(bytes.len()) {
+                    continue;
+                }
+                iovs[k] = [IoSlice::new(bytes)];
                 addrs[k] = Some(SockaddrStorage::from(t.to));
                 k += 1;
                 if k == BATCH {
@@ -179,6 +211,31 @@ pub(crate) fn send_transmits(
         }
         if k > 0 {
             send_chunk(sock, iface, hdrs, node, droplog, &iovs[..k], &addrs[..k]);
+        }
+        // Datagrams longer than the link's MTU, as fragments (the slow path:
+        // capsules with their code, control messages).
+        for (out, buf) in outs.iter().zip(bufs) {
+            for t in out.transmits.iter().filter(|t| t.iface == iface) {
+                let bytes = out.bytes(&t.data, buf);
+                if !frag.too_long(bytes.len()) {
+                    continue;
+                }
+                pieces.clear();
+                if frag.split(bytes, &mut pieces) == 0 {
+                    node.count_tx(iface, bytes.len(), false);
+                    droplog.tx_error = Some(format!("a datagram of {} bytes cannot be fragmented", bytes.len()));
+                    continue;
+                }
+                for chunk in pieces.chunks(BATCH) {
+                    let mut iovs = [[IoSlice::new(&[])]; BATCH];
+                    let mut addrs: [Option<SockaddrStorage>; BATCH] = [None; BATCH];
+                    for (j, p) in chunk.iter().enumerate() {
+                        iovs[j] = [IoSlice::new(p)];
+                        addrs[j] = Some(SockaddrStorage::from(t.to));
+                    }
+                    send_chunk(sock, iface, hdrs, node, droplog, &iovs[..chunk.len()], &addrs[..chunk.len()]);
+                }
+            }
         }
     }
     // Transmissions naming an interface that does not exist cannot happen

@@ -53,6 +53,9 @@ pub enum ConfigError {
     /// The MTU is outside the supported range.
     #[error("mtu {0} outside 128..=8192")]
     BadMtu(usize),
+    /// The link MTU is neither 0 (off) nor within 576..=65535.
+    #[error("link_mtu {0}: 0 (off) or 576..=65535")]
+    BadLinkMtu(usize),
     /// A topology names a node that does not exist.
     #[error("topology link names unknown node {0:?}")]
     UnknownNode(String),
@@ -251,6 +254,10 @@ pub const DEFAULT_MAX_RESOURCE_BOUND: u16 = 64;
 
 fn default_max_rb() -> u16 {
     DEFAULT_MAX_RESOURCE_BOUND
+}
+
+fn is_zero(m: &usize) -> bool {
+    *m == 0
 }
 
 fn is_default_mtu(m: &usize) -> bool {
@@ -795,6 +802,13 @@ pub struct NodeConfig {
     /// resource bound, so this bounds what one datagram can cause.
     #[serde(default = "default_max_rb", skip_serializing_if = "is_default_max_rb")]
     pub max_resource_bound: u16,
+    /// IP MTU of the node's links, bytes: a datagram longer than this less
+    /// 28 (the IPv4 and UDP headers) is sent as fragments
+    /// (`anode_wire::frag`), which the next hop reassembles. 0 (the
+    /// default) sends every datagram whole and leaves it to the kernel.
+    /// Fragments are reassembled whatever this is.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub link_mtu: usize,
     /// Directory for the control and application sockets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_dir: Option<PathBuf>,
@@ -832,6 +846,7 @@ impl NodeConfig {
             address,
             mtu: default_mtu(),
             max_resource_bound: DEFAULT_MAX_RESOURCE_BOUND,
+            link_mtu: 0,
             run_dir: None,
             metrics: None,
             interfaces: Vec::new(),
@@ -864,6 +879,9 @@ impl NodeConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !(128..=8192).contains(&self.mtu) {
             return Err(ConfigError::BadMtu(self.mtu));
+        }
+        if self.link_mtu != 0 && !(576..=65_535).contains(&self.link_mtu) {
+            return Err(ConfigError::BadLinkMtu(self.link_mtu));
         }
         if self.max_resource_bound == 0 {
             return Err(ConfigError::BadMaxResourceBound);
