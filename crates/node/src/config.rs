@@ -1171,6 +1171,9 @@ mod tests {
         assert!(e(&NODE.replace("name = \"east\"", "name = \"west\"")).contains("defined twice"));
         assert!(e(&NODE.replace("address = \"10.0.0.3\"", "address = \"10.0.0.2\"")).contains("own address"));
         assert!(e(&format!("mtu = 10\n{NODE}")).contains("mtu 10"));
+        assert!(e(&format!("link_mtu = 100\n{NODE}")).contains("link_mtu 100"));
+        assert!(e(&format!("link_mtu = 70000\n{NODE}")).contains("link_mtu 70000"));
+        assert_eq!(NodeConfig::from_toml(&format!("link_mtu = 1500\n{NODE}")).map(|c| c.link_mtu), Ok(1500));
         assert!(e(&format!("bogus = 1\n{NODE}")).contains("unknown field"));
     }
 
