@@ -160,6 +160,8 @@ pub(crate) struct TenantState {
     pub limits: HostLimits,
     pub ops: Vec<HostOp>,
     logs: HashMap<u32, LogBucket>,
+    /// The pod binder, for the `pod` interface (docs/pods.md).
+    pub pods: Option<Arc<Mutex<crate::pods::PodHub>>>,
 }
 
 impl TenantState {
@@ -180,6 +182,7 @@ impl TenantState {
             limits,
             ops: Vec::new(),
             logs: HashMap::new(),
+            pods: None,
         }
     }
 
@@ -245,6 +248,7 @@ pub(crate) fn linker_for(engine: &Engine, granted: InterfaceSet) -> wasmtime::Re
             Interface::Time => define_time(&mut l)?,
             Interface::State => define_state(&mut l)?,
             Interface::Marshal => define_marshal(&mut l)?,
+            Interface::Pod => crate::pods::define_pod(&mut l)?,
         }
     }
     Ok(l)
@@ -262,6 +266,7 @@ pub const FUNCTIONS: &[(&str, &[&str])] = &[
     ("time", &["now_ms", "set_alarm", "cancel_alarm"]),
     ("state", &["put", "get", "remove"]),
     ("marshal", &["encode", "field", "count"]),
+    ("pod", &["bind", "call", "unbind"]),
 ];
 
 /// Whether `module.name` is a host function.

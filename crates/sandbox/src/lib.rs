@@ -16,6 +16,9 @@
 //!   call only and is counted against the module.
 //! - [`Sandbox::handle_capsule`]: capsules carrying code or its hash, code
 //!   fetch from the previous hop, and serving cached code to neighbours.
+//! - [`Sandbox::load_pod`] and the `pod` interface ([`pods`]): Expert's
+//!   protected modules, entered by two-phase binding and run on the
+//!   caller's budget.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -26,6 +29,7 @@ pub mod handles;
 pub mod host;
 pub mod marshal;
 pub mod ping;
+pub mod pods;
 mod sandbox;
 pub mod state;
 
@@ -41,6 +45,7 @@ pub use sandbox::{
     InvokeError, Job, JobKind, LoadError, LoadSpec, ModuleCounters, ModuleInfo, ModuleKind, Sandbox, SandboxConfig,
     SandboxCounters, SetupError, Step, Task,
 };
+pub use sandbox::PodSpec;
 
 /// Most entries one module may register.
 pub const MAX_ENTRIES: usize = 32;
