@@ -162,6 +162,8 @@ pub(crate) struct TenantState {
     logs: HashMap<u32, LogBucket>,
     /// The pod binder, for the `pod` interface (docs/pods.md).
     pub pods: Option<Arc<Mutex<crate::pods::PodHub>>>,
+    /// Fuel left at the last pod call that was a preemption point.
+    pub pod_mark: u64,
 }
 
 impl TenantState {
@@ -183,6 +185,7 @@ impl TenantState {
             ops: Vec::new(),
             logs: HashMap::new(),
             pods: None,
+            pod_mark: 0,
         }
     }
 
@@ -248,7 +251,8 @@ pub(crate) fn linker_for(engine: &Engine, granted: InterfaceSet) -> wasmtime::Re
             Interface::Time => define_time(&mut l)?,
             Interface::State => define_state(&mut l)?,
             Interface::Marshal => define_marshal(&mut l)?,
-            Interface::Pod => crate::pods::define_pod(&mut l)?,
+            // Defined by the loader, which knows whether calls may yield (`crate::pods`).
+            Interface::Pod => {}
         }
     }
     Ok(l)

@@ -266,7 +266,7 @@ pub(crate) trait PodClient {
 impl PodClient for PodState {
     fn pod_client(&self) -> Option<(Arc<Mutex<PodHub>>, Client, PrincipalId, u32)> {
         let hub = self.hub.upgrade()?;
-        let principal = hub.lock().ok()?.pods.get(&self.pod).map(|p| p.principal)?;
+        let principal = hub.try_lock().ok()?.pods.get(&self.pod).map(|p| p.principal)?;
         Some((hub, Client::Pod(self.pod.0), principal, self.depth))
     }
 }
@@ -328,6 +328,8 @@ pub struct PodHub {
     tables: HashMap<Client, HandleTable<Binding>>,
     next: u32,
     counters: HubCounters,
+    /// Fuel between preemption points of the calling modules' stores.
+    yield_every: Option<u64>,
 }
 
 impl core::fmt::Debug for PodHub {
@@ -353,11 +355,13 @@ pub fn parse_offer(s: &str) -> Option<(&str, &str)> {
 pub struct HubSetupError(pub String);
 
 impl PodHub {
-    /// A hub with no pods, shared.
+    /// A hub with no pods, shared. `yield_every`: the fuel between
+    /// preemption points of the modules that will call pods (the sandbox's
+    /// `yield_fuel`), so that time spent in pods counts towards them.
     ///
     /// # Errors
     /// When wasmtime refuses the engine configuration.
-    pub fn shared() -> Result<Arc<Mutex<PodHub>>, HubSetupError> {
+    pub fn shared(yield_every: Option<u64>) -> Result<Arc<Mutex<PodHub>>, HubSetupError> {
         let mut c = Config::new();
         c.consume_fuel(true);
         c.max_wasm_stack(POD_WASM_STACK);
@@ -375,6 +379,7 @@ impl PodHub {
                 tables: HashMap::new(),
                 next: 1,
                 counters: HubCounters::default(),
+                yield_every,
             })
         }))
     }
@@ -751,7 +756,7 @@ fn run_pod(live: &mut Live, b: &Begun, depth: u32, budget: u64, input: &[u8]) ->
 /// `pod.call(binding, in_len) -> out_len | E_*`.
 fn call<T: PodClient>(c: &mut Caller<'_, T>, binding: i32, in_len: i32) -> i32 {
     let Some((hub, client, principal, depth)) = c.data().pod_client() else { return E_CONTEXT };
-    let begun = match hub.lock() {
+    let begun = match hub.try_lock() {
         Ok(mut h) => h.begin(client, binding, depth).map(|(b, l)| {
             let entry = h.pods.get(&b.pod).and_then(|p| p.entries.get(b.offer).cloned()).unwrap_or_default();
             (b, l, entry)
@@ -785,7 +790,7 @@ fn call<T: PodClient>(c: &mut Caller<'_, T>, binding: i32, in_len: i32) -> i32 {
     if let Some(f) = caller_fuel {
         let _ = c.set_fuel(f.saturating_sub(ran.used));
     }
-    if let Ok(mut h) = hub.lock() {
+    if let Ok(mut h) = hub.try_lock() {
         h.finish(client, &begun, live, &ran);
     }
     match (begun.state, ran.result, input.is_some()) {
@@ -825,24 +830,82 @@ fn bind<T: PodClient>(c: &mut Caller<'_, T>, np: i32, nl: i32, bp: i32, bl: i32)
     if (bp as usize).checked_add(bl as usize).is_none_or(|e| e > data.len()) {
         return E_INVAL;
     }
-    match hub.lock() {
+    match hub.try_lock() {
         Ok(mut h) => h.bind(client, principal, &name, (bp, bl)),
         Err(_) => E_CONTEXT,
     }
 }
 
-/// Defines the `pod` import module in `l`.
+/// Defines the `pod` import module for modules. With `yields` (their
+/// stores yield at preemption points), `pod.call` is itself a preemption
+/// point once the caller has spent a slice's fuel since the last one:
+/// charging the caller resets wasmtime's fuel slice, so without this a module
+/// that spends its time in pods would never reach one.
+pub(crate) fn define_for_modules(l: &mut Linker<crate::host::TenantState>, yields: bool) -> wasmtime::Result<()> {
+    if !yields {
+        return define_pod(l);
+    }
+    l.func_wrap_async("pod", "bind", |mut c: Caller<'_, crate::host::TenantState>, (np, nl, bp, bl): (i32, i32, i32, i32)| {
+        let r = bind(&mut c, np, nl, bp, bl);
+        Box::new(async move { r })
+    })?;
+    l.func_wrap_async("pod", "call", |mut c: Caller<'_, crate::host::TenantState>, (b, len): (i32, i32)| {
+        let before = c.get_fuel().unwrap_or(0);
+        let r = call(&mut c, b, len);
+        let after = c.get_fuel().unwrap_or(0);
+        let every = c.data().pods.as_ref().and_then(|h| h.try_lock().ok()?.yield_every).unwrap_or(u64::MAX);
+        let d = c.data_mut();
+        // A mark below the fuel left is from an earlier invocation.
+        if d.pod_mark < before {
+            d.pod_mark = before;
+        }
+        let point = d.pod_mark.saturating_sub(after) >= every;
+        if point {
+            d.pod_mark = after;
+        }
+        Box::new(async move {
+            if point {
+                YieldOnce(false).await;
+            }
+            r
+        })
+    })?;
+    l.func_wrap_async("pod", "unbind", |c: Caller<'_, crate::host::TenantState>, (b,): (i32,)| {
+        let r = unbind(&c, b);
+        Box::new(async move { r })
+    })?;
+    Ok(())
+}
+
+/// A future that is pending once: a preemption point inside a host call.
+struct YieldOnce(bool);
+
+impl core::future::Future for YieldOnce {
+    type Output = ();
+    fn poll(mut self: core::pin::Pin<&mut Self>, cx: &mut core::task::Context<'_>) -> core::task::Poll<()> {
+        if self.0 {
+            return core::task::Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        core::task::Poll::Pending
+    }
+}
+
+fn unbind<T: PodClient>(c: &Caller<'_, T>, b: i32) -> i32 {
+    let Some((hub, client, _, _)) = c.data().pod_client() else { return E_CONTEXT };
+    match hub.try_lock() {
+        Ok(mut h) => h.unbind(client, b),
+        Err(_) => E_CONTEXT,
+    }
+}
+
+/// Defines the `pod` import module in `l` (synchronous calls).
 pub(crate) fn define_pod<T: PodClient + Send + 'static>(l: &mut Linker<T>) -> wasmtime::Result<()> {
     l.func_wrap("pod", "bind", |mut c: Caller<'_, T>, np: i32, nl: i32, bp: i32, bl: i32| -> i32 {
         bind(&mut c, np, nl, bp, bl)
     })?;
     l.func_wrap("pod", "call", |mut c: Caller<'_, T>, b: i32, len: i32| -> i32 { call(&mut c, b, len) })?;
-    l.func_wrap("pod", "unbind", |c: Caller<'_, T>, b: i32| -> i32 {
-        let Some((hub, client, _, _)) = c.data().pod_client() else { return E_CONTEXT };
-        match hub.lock() {
-            Ok(mut h) => h.unbind(client, b),
-            Err(_) => E_CONTEXT,
-        }
-    })?;
+    l.func_wrap("pod", "unbind", |c: Caller<'_, T>, b: i32| -> i32 { unbind(&c, b) })?;
     Ok(())
 }

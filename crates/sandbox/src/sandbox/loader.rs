@@ -85,7 +85,12 @@ impl Sandbox {
 
     pub(super) fn linker(&mut self, granted: InterfaceSet) -> Result<&Linker<TenantState>, LoadError> {
         if !self.linkers.contains_key(&granted) {
-            let l = host::linker_for(&self.engine, granted).map_err(|e| LoadError::Instantiate(format!("{e:#}")))?;
+            let mut l =
+                host::linker_for(&self.engine, granted).map_err(|e| LoadError::Instantiate(format!("{e:#}")))?;
+            if granted.contains(Interface::Pod) {
+                let yields = self.cfg.yield_fuel.is_some() && self.cfg.cpu == CpuBound::Fuel;
+                crate::pods::define_for_modules(&mut l, yields).map_err(|e| LoadError::Instantiate(format!("{e:#}")))?;
+            }
             self.linkers.insert(granted, l);
         }
         self.linkers.get(&granted).ok_or_else(|| LoadError::Instantiate("no linker".into()))
