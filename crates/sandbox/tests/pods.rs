@@ -603,3 +603,44 @@ fn pods_are_loaded_only_with_the_pod_right_and_the_pod_interface() {
     assert!(matches!(sb.load(now(0), &spec), Err(LoadError::ForbiddenImport { right: Some(Interface::Pod), .. })));
     assert!(sb.pods().len() == 1);
 }
+
+/// The `pod_load` fuzz target over its seeds (the pods above; `ANODE_BLESS=1`
+/// rewrites `fuzz/seeds/pod_load/`) and deterministic mutations of them.
+#[test]
+fn pod_load_fuzz_seeds_and_mutations() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/pod_load");
+    let fresh = [store_pod(), picky_pod(), relay_pod("store.echo")];
+    if std::env::var_os("ANODE_BLESS").is_some() {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (i, s) in fresh.iter().enumerate() {
+            std::fs::write(dir.join(format!("seed-{i}.wasm")), s).unwrap();
+        }
+    }
+    let seeds: Vec<Vec<u8>> = std::fs::read_dir(&dir)
+        .expect("fuzz/seeds/pod_load exists (ANODE_BLESS=1 writes it)")
+        .map(|e| std::fs::read(e.unwrap().path()).unwrap())
+        .collect();
+    assert_eq!(seeds.len(), fresh.len());
+    let mut sb = anode_sandbox::fuzzing::sandbox();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for s in &seeds {
+        assert!(anode_sandbox::fuzzing::pod_load(&mut sb, s), "a seed loads");
+        for _ in 0..150 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let mut m = s.clone();
+            match x % 3 {
+                0 => {
+                    let i = (x >> 8) as usize % m.len();
+                    m[i] ^= (x >> 32) as u8 | 1;
+                }
+                1 => m.truncate((x >> 8) as usize % (m.len() + 1)),
+                _ => m.extend_from_slice(&x.to_le_bytes()),
+            }
+            let _ = anode_sandbox::fuzzing::pod_load(&mut sb, &m);
+        }
+    }
+    assert!(sb.pods().is_empty());
+}
