@@ -611,6 +611,9 @@ pub struct PodLoadConfig {
     /// `reset` (the default) or `retire`: what happens when it traps or is cut off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_fault: Option<String>,
+    /// Fuel a caller must have left for a call to enter the pod (default 0).
+    #[serde(default)]
+    pub min_fuel: u64,
 }
 
 impl PodLoadConfig {

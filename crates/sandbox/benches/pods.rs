@@ -141,6 +141,7 @@ fn setup() -> Setup {
             limits,
             clients: None,
             on_fault: OnFault::Reset,
+            min_fuel: 0,
         };
         sb.load_pod(now(), &spec).unwrap();
     }
@@ -237,7 +238,8 @@ fn table2(c: &mut Criterion) {
     g.bench_function("pipe_bounce", |b| b.iter(|| bounce(&mut w, &mut r)));
     let (mine, theirs) = UnixStream::pair().unwrap();
     let theirs2 = theirs.try_clone().unwrap();
-    let mut schild = echo_child(Stdio::from(std::os::fd::OwnedFd::from(theirs)), Stdio::from(std::os::fd::OwnedFd::from(theirs2)));
+    let mut schild =
+        echo_child(Stdio::from(std::os::fd::OwnedFd::from(theirs)), Stdio::from(std::os::fd::OwnedFd::from(theirs2)));
     let mut sock = mine;
     let mut sock_r = sock.try_clone().unwrap();
     g.bench_function("unix_bounce", |b| b.iter(|| bounce(&mut sock, &mut sock_r)));
@@ -259,7 +261,11 @@ fn table2(c: &mut Criterion) {
             total
         })
     };
-    g.bench_function("proc_call", |b| cold(b, &mut || { black_box(proc_null(black_box(1))); }));
+    g.bench_function("proc_call", |b| {
+        cold(b, &mut || {
+            black_box(proc_null(black_box(1)));
+        })
+    });
     g.bench_function("invoke_no_call", |b| cold(b, &mut || s.run("pod", null, 0)));
     for (name, entry, binding) in [
         ("wasm_call", "wasm", 0),

@@ -74,6 +74,7 @@ pub fn pod_load(sb: &mut Sandbox, data: &[u8]) -> bool {
         limits: anode_cred::RequestedLimits { memory: Some(4 << 20), cpu: Some(100_000), state: Some(4096) },
         clients: None,
         on_fault: crate::pods::OnFault::Reset,
+        min_fuel: 0,
     };
     let loaded = sb.load_pod(now(), &spec);
     if let Ok(id) = loaded {

@@ -40,12 +40,12 @@ use std::time::SystemTime;
 pub use anode_cred::{self as cred, PrincipalId};
 pub use cache::{CacheStats, Import};
 pub use host::HostLimits;
+pub use sandbox::PodSpec;
 pub use sandbox::{
     CapsuleError, CapsuleJob, CapsuleOutcome, CpuBound, DEFAULT_HOST_CALL_FUEL, DEFAULT_YIELD_FUEL, Invocation,
     InvokeError, Job, JobKind, LoadError, LoadSpec, ModuleCounters, ModuleInfo, ModuleKind, Sandbox, SandboxConfig,
     SandboxCounters, SetupError, Step, Task,
 };
-pub use sandbox::PodSpec;
 
 /// Most entries one module may register.
 pub const MAX_ENTRIES: usize = 32;

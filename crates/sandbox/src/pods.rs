@@ -93,6 +93,9 @@ pub const E_POD: i32 = -16;
 /// The pod was unloaded or restored since the bind: the binding is dropped;
 /// bind again.
 pub const E_GONE: i32 = -17;
+/// The caller has less fuel left than the pod's `min_fuel`: the pod was not
+/// entered.
+pub const E_SHORT: i32 = -18;
 
 /// A loaded pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -188,6 +191,12 @@ pub struct PodLoad<'a> {
     pub clients: Option<Vec<PrincipalId>>,
     /// What to do when it traps or is cut off.
     pub on_fault: OnFault,
+    /// Fuel a caller must have left for a call to enter the pod (0: none).
+    /// A pod whose state is shared by clients should set it to at least its
+    /// longest call: otherwise a client calling with almost no fuel left can
+    /// cut the pod off mid-update, and the reset that follows drops every
+    /// other client's binding.
+    pub min_fuel: u64,
 }
 
 /// Per-pod counters.
@@ -211,6 +220,8 @@ pub struct PodCounters {
     pub resets: u64,
     /// Calls refused because the pod was running.
     pub busy: u64,
+    /// Calls refused because the caller had less than `min_fuel` left.
+    pub short: u64,
     /// Fuel spent in the pod, charged to its callers.
     pub fuel: u64,
 }
@@ -296,6 +307,7 @@ struct Pod {
     clients: Option<Vec<PrincipalId>>,
     on_fault: OnFault,
     cpu: u64,
+    min_fuel: u64,
     memory: usize,
     /// Bumped on every restore: bindings to an older instance are gone.
     epoch: u64,
@@ -432,6 +444,7 @@ impl PodHub {
                 clients: spec.clients.clone(),
                 on_fault: spec.on_fault,
                 cpu: spec.cpu,
+                min_fuel: spec.min_fuel,
                 memory: spec.memory,
                 epoch: 0,
                 live: Some(live),
@@ -450,8 +463,12 @@ impl PodHub {
         cpu: u64,
         memory: usize,
     ) -> Result<Live, PodError> {
-        let data =
-            PodState { hub: self.me.clone(), pod: id, depth: 0, limiter: MemLimiter { cap: memory, used: 0, exceeded: false } };
+        let data = PodState {
+            hub: self.me.clone(),
+            pod: id,
+            depth: 0,
+            limiter: MemLimiter { cap: memory, used: 0, exceeded: false },
+        };
         let mut store = Store::new(&self.engine, data);
         store.limiter(|d| &mut d.limiter);
         store.call_hook(|mut ctx, hook| {
@@ -465,13 +482,16 @@ impl PodHub {
         let _ = store.set_fuel(cpu);
         let inst = pre.instantiate(&mut store).map_err(|e| PodError::Instantiate(format!("{e:#}")))?;
         let memory = inst.get_memory(&mut store, "memory").ok_or_else(|| PodError::Export("memory".into()))?;
-        let bind = inst.get_typed_func::<i32, i32>(&mut store, "pod_bind").map_err(|_| PodError::Export("pod_bind".into()))?;
+        let bind =
+            inst.get_typed_func::<i32, i32>(&mut store, "pod_bind").map_err(|_| PodError::Export("pod_bind".into()))?;
         let mut offers = Vec::with_capacity(entries.len());
         for e in entries {
             let name = format!("offer.{e}");
             offers.push(inst.get_typed_func::<(i32, i32), i32>(&mut store, &name).map_err(|_| PodError::Export(name))?);
         }
-        let ptr_f = inst.get_typed_func::<(), i32>(&mut store, "pod_buffer").map_err(|_| PodError::Export("pod_buffer".into()))?;
+        let ptr_f = inst
+            .get_typed_func::<(), i32>(&mut store, "pod_buffer")
+            .map_err(|_| PodError::Export("pod_buffer".into()))?;
         let len_f = inst
             .get_typed_func::<(), i32>(&mut store, "pod_buffer_len")
             .map_err(|_| PodError::Export("pod_buffer_len".into()))?;
@@ -493,6 +513,7 @@ impl PodHub {
         match self.pods.remove(&id) {
             Some(p) => {
                 self.names.remove(&p.name);
+                self.tables.remove(&Client::Pod(id.0));
                 true
             }
             None => false,
@@ -588,7 +609,13 @@ impl PodHub {
     }
 
     /// The checks before a call, then the pod's instance taken out.
-    fn begin(&mut self, client: Client, binding: i32, depth: u32) -> Result<(Begun, Live), i32> {
+    fn begin(
+        &mut self,
+        client: Client,
+        binding: i32,
+        depth: u32,
+        caller_fuel: Option<u64>,
+    ) -> Result<(Begun, Live), i32> {
         let Some(b) = self.tables.get(&client).and_then(|t| t.get(0, binding)).cloned() else {
             self.counters.bad_binding += 1;
             return Err(E_BADID);
@@ -606,13 +633,24 @@ impl PodHub {
             return Err(E_GONE);
         }
         let Some(pod) = self.pods.get_mut(&b.pod) else { return Err(E_GONE) };
+        if caller_fuel.is_some_and(|f| f < pod.min_fuel) {
+            pod.counters.short += 1;
+            return Err(E_SHORT);
+        }
         let Some(live) = pod.live.take() else {
             pod.counters.busy += 1;
             return Err(E_BUSY);
         };
         pod.counters.calls += 1;
         let n = (b.region.1 as usize).min(pod.buf_len);
-        let begun = Begun { binding, pod: b.pod, offer: b.offer, state: b.state, region: (b.region.0 as usize, n), cap: pod.cpu };
+        let begun = Begun {
+            binding,
+            pod: b.pod,
+            offer: b.offer,
+            state: b.state,
+            region: (b.region.0 as usize, n),
+            cap: pod.cpu,
+        };
         Ok((begun, live))
     }
 
@@ -651,6 +689,9 @@ impl PodHub {
         drop(live);
         match pod.on_fault {
             OnFault::Reset => {
+                // The new instance knows none of the old one's bindings either.
+                self.tables.remove(&Client::Pod(begun.pod.0));
+                let Some(pod) = self.pods.get_mut(&begun.pod) else { return };
                 pod.epoch += 1;
                 pod.counters.resets += 1;
                 let (pre, entries, cpu, mem) = (pod.pre.clone(), pod.entries.clone(), pod.cpu, pod.memory);
@@ -756,8 +797,9 @@ fn run_pod(live: &mut Live, b: &Begun, depth: u32, budget: u64, input: &[u8]) ->
 /// `pod.call(binding, in_len) -> out_len | E_*`.
 fn call<T: PodClient>(c: &mut Caller<'_, T>, binding: i32, in_len: i32) -> i32 {
     let Some((hub, client, principal, depth)) = c.data().pod_client() else { return E_CONTEXT };
+    let caller_fuel = c.get_fuel().ok();
     let begun = match hub.try_lock() {
-        Ok(mut h) => h.begin(client, binding, depth).map(|(b, l)| {
+        Ok(mut h) => h.begin(client, binding, depth, caller_fuel).map(|(b, l)| {
             let entry = h.pods.get(&b.pod).and_then(|p| p.entries.get(b.offer).cloned()).unwrap_or_default();
             (b, l, entry)
         }),
@@ -781,7 +823,6 @@ fn call<T: PodClient>(c: &mut Caller<'_, T>, binding: i32, in_len: i32) -> i32 {
     };
     // Thread tunnelling: the pod runs on what is left of the caller's fuel
     // (at most the pod's per-call cpu), and the caller pays what it used.
-    let caller_fuel = c.get_fuel().ok();
     let budget = caller_fuel.map_or(begun.cap, |f| f.min(begun.cap));
     let (ran, out) = match &input {
         Some(i) => run_pod(&mut live, &begun, depth, budget, i),
@@ -815,7 +856,8 @@ fn call<T: PodClient>(c: &mut Caller<'_, T>, binding: i32, in_len: i32) -> i32 {
 /// `pod.bind(name_ptr, name_len, buf_ptr, buf_len) -> binding | E_*`.
 fn bind<T: PodClient>(c: &mut Caller<'_, T>, np: i32, nl: i32, bp: i32, bl: i32) -> i32 {
     let Some((hub, client, principal, _)) = c.data().pod_client() else { return E_CONTEXT };
-    let (Ok(np), Ok(nl), Ok(bp), Ok(bl)) = (usize::try_from(np), usize::try_from(nl), u32::try_from(bp), u32::try_from(bl))
+    let (Ok(np), Ok(nl), Ok(bp), Ok(bl)) =
+        (usize::try_from(np), usize::try_from(nl), u32::try_from(bp), u32::try_from(bl))
     else {
         return E_INVAL;
     };
@@ -845,10 +887,14 @@ pub(crate) fn define_for_modules(l: &mut Linker<crate::host::TenantState>, yield
     if !yields {
         return define_pod(l);
     }
-    l.func_wrap_async("pod", "bind", |mut c: Caller<'_, crate::host::TenantState>, (np, nl, bp, bl): (i32, i32, i32, i32)| {
-        let r = bind(&mut c, np, nl, bp, bl);
-        Box::new(async move { r })
-    })?;
+    l.func_wrap_async(
+        "pod",
+        "bind",
+        |mut c: Caller<'_, crate::host::TenantState>, (np, nl, bp, bl): (i32, i32, i32, i32)| {
+            let r = bind(&mut c, np, nl, bp, bl);
+            Box::new(async move { r })
+        },
+    )?;
     l.func_wrap_async("pod", "call", |mut c: Caller<'_, crate::host::TenantState>, (b, len): (i32, i32)| {
         let before = c.get_fuel().unwrap_or(0);
         let r = call(&mut c, b, len);

@@ -7,7 +7,7 @@ mod common;
 
 use anode_cred::{Interface, ModuleGrant, ModuleHash, PrincipalId, RequestedLimits, SigningKey};
 use anode_sandbox::pods::{
-    E_BADID, E_BUSY, E_CPU, E_DEPTH, E_GONE, E_REFUSED, E_TRAP, MAX_BINDINGS, MAX_DEPTH, OnFault, PodError,
+    E_BADID, E_BUSY, E_CPU, E_DEPTH, E_GONE, E_REFUSED, E_SHORT, E_TRAP, MAX_BINDINGS, MAX_DEPTH, OnFault, PodError,
 };
 use anode_sandbox::{
     Action, Invocation, InvokeError, Job, JobKind, LoadError, LoadSpec, ModuleId, PodSpec, Sandbox, Step,
@@ -164,7 +164,7 @@ fn load_client(sb: &mut Sandbox, p: PrincipalId, cpu: Option<u64>) -> ModuleId {
     let c = admin(p);
     let spec = LoadSpec {
         code: &code,
-        credential: Some(&c.to_bytes()),
+        credential: Some(c.to_bytes()),
         requester: None,
         local_name: None,
         limits: RequestedLimits { cpu, ..RequestedLimits::default() },
@@ -181,6 +181,7 @@ fn pod_spec<'a>(code: &'a [u8], cred: &'a [u8], name: &'a str, cpu: Option<u64>)
         limits: RequestedLimits { cpu, ..RequestedLimits::default() },
         clients: None,
         on_fault: OnFault::Reset,
+        min_fuel: 0,
     }
 }
 
@@ -354,6 +355,27 @@ fn a_pod_spends_at_most_what_its_caller_has_left() {
 }
 
 #[test]
+fn a_pod_with_a_minimum_refuses_callers_too_short_to_finish() {
+    let mut sb = sandbox();
+    let c = admin(user()).to_bytes().to_vec();
+    let code = store_pod();
+    let mut s = pod_spec(&code, &c, "store", None);
+    s.min_fuel = 1_000_000;
+    sb.load_pod(now(0), &s).unwrap();
+    let rich = load_client(&mut sb, user(), None);
+    let poor = load_client(&mut sb, second(), Some(200_000));
+    let br = bind_full(&mut sb, rich, "store.count");
+    // The poor client cannot even complete its bind: the pod is not entered.
+    let bp = bind(&mut sb, poor, "store.spin");
+    assert_eq!(call(&mut sb, poor, bp, b"").0, Ok(E_SHORT));
+    let p = &sb.pods()[0];
+    assert_eq!((p.counters.short, p.counters.resets, p.counters.cut_off), (1, 0, 0));
+    // So it cannot cut the pod off and reset it under the other client.
+    let (r, bytes) = call(&mut sb, rich, br, b"");
+    assert_eq!((r, le(&bytes, 4)), (Ok(8), 1), "the rich client's binding and state survive");
+}
+
+#[test]
 fn time_in_a_pod_is_charged_to_its_caller() {
     let mut sb = sandbox();
     load_pod(&mut sb, &store_pod(), "store", None);
@@ -506,7 +528,8 @@ fn a_slow_caller_cannot_hold_a_pod_across_its_preemption() {
         (elem (i32.const 0) $run)
         (func (export "anode_init") (drop (call $reg (i32.const 0) (i32.const 3) (i32.const 0)))))"#);
     let c = admin(second()).to_bytes().to_vec();
-    let spec = LoadSpec { code: &slow, credential: Some(&c), requester: None, local_name: None, limits: Default::default() };
+    let spec =
+        LoadSpec { code: &slow, credential: Some(&c), requester: None, local_name: None, limits: Default::default() };
     let s = sb.load(now(0), &spec).unwrap();
     let fast = load_client(&mut sb, user(), None);
     let bf = bind_full(&mut sb, fast, "store.count");
@@ -556,7 +579,8 @@ fn pods_are_loaded_only_with_the_pod_right_and_the_pod_interface() {
         Err(PodError::ForbiddenImport(i)) if i == "log.write"
     ));
     // Malformed pods.
-    let cases: [(&str, fn(&PodError) -> bool); 5] = [
+    type Case = (&'static str, fn(&PodError) -> bool);
+    let cases: [Case; 5] = [
         (r#"(module (memory (export "memory") 1))"#, |e| matches!(e, PodError::NoOffers)),
         (
             r#"(module (memory (export "memory") 1) (func (export "offer.x") (param i32 i32) (result i32) (i32.const 0)))"#,
@@ -590,16 +614,14 @@ fn pods_are_loaded_only_with_the_pod_right_and_the_pod_interface() {
         let e = sb.load_pod(now(0), &pod_spec(&code, &admin_c, &name, Some(100_000))).unwrap_err();
         assert!(ok(&e), "case {i}: {e:?}");
     }
-    assert!(matches!(
-        sb.load_pod(now(0), &pod_spec(&code, &admin_c, "bad.name", None)),
-        Err(PodError::BadName(_))
-    ));
+    assert!(matches!(sb.load_pod(now(0), &pod_spec(&code, &admin_c, "bad.name", None)), Err(PodError::BadName(_))));
     load_pod(&mut sb, &code, "store", None);
     assert!(matches!(sb.load_pod(now(0), &pod_spec(&code, &admin_c, "store", None)), Err(PodError::NameTaken(_))));
     // A client whose credential lacks `pod` cannot even import it.
     let cl = client();
     let c = ordinary(user(), vec![ModuleGrant::Hash(ModuleHash::of(&cl))], &[Interface::Net]).to_bytes().to_vec();
-    let spec = LoadSpec { code: &cl, credential: Some(&c), requester: None, local_name: None, limits: Default::default() };
+    let spec =
+        LoadSpec { code: &cl, credential: Some(&c), requester: None, local_name: None, limits: Default::default() };
     assert!(matches!(sb.load(now(0), &spec), Err(LoadError::ForbiddenImport { right: Some(Interface::Pod), .. })));
     assert!(sb.pods().len() == 1);
 }

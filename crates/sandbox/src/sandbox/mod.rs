@@ -17,8 +17,8 @@ mod task;
 mod timers;
 
 use invoke::{arm, begin_call, classify, drop_call};
-use task::run_to_end;
 pub use pods::PodSpec;
+use task::run_to_end;
 pub use task::{CapsuleJob, Job, JobKind, Step, Task};
 
 use std::cmp::Reverse;

@@ -24,6 +24,10 @@ pub struct PodSpec<'a> {
     pub clients: Option<Vec<PrincipalId>>,
     /// What to do when the pod traps or is cut off.
     pub on_fault: OnFault,
+    /// Fuel a caller must have left for a call to enter the pod (Expert
+    /// §3.4: "reject calls from threads with insufficient CPU guarantees");
+    /// 0: none. See `crate::pods::PodLoad::min_fuel`.
+    pub min_fuel: u64,
 }
 
 impl Sandbox {
@@ -59,6 +63,7 @@ impl Sandbox {
             memory: usize::try_from(grant.limits.memory).unwrap_or(usize::MAX),
             clients: spec.clients.clone(),
             on_fault: spec.on_fault,
+            min_fuel: spec.min_fuel,
         };
         self.pods.lock().map_err(|_| PodError::Instantiate("pod hub poisoned".into()))?.load(&load)
     }
