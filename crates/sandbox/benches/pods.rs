@@ -132,7 +132,7 @@ fn setup() -> Setup {
     let routes = StaticRoutes { this: Ipv4Addr::new(10, 0, 0, 1), table: HashMap::new() };
     let mut sb = Sandbox::new(issuer.public_key(), SandboxConfig::default(), Arc::new(routes)).unwrap();
     let cred = issuer.admin(PrincipalId([2; 32]), None).unwrap();
-    let limits = RequestedLimits { cpu: Some(100_000_000), ..RequestedLimits::default() };
+    let limits = RequestedLimits { cpu: Some(10_000_000), ..RequestedLimits::default() };
     for (name, src) in [("null", NULL_POD), ("relay", RELAY_POD)] {
         let code = wat::parse_str(src).unwrap();
         let spec = PodSpec {
