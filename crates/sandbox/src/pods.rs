@@ -340,8 +340,6 @@ pub struct PodHub {
     tables: HashMap<Client, HandleTable<Binding>>,
     next: u32,
     counters: HubCounters,
-    /// Fuel between preemption points of the calling modules' stores.
-    yield_every: Option<u64>,
 }
 
 impl core::fmt::Debug for PodHub {
@@ -367,13 +365,11 @@ pub fn parse_offer(s: &str) -> Option<(&str, &str)> {
 pub struct HubSetupError(pub String);
 
 impl PodHub {
-    /// A hub with no pods, shared. `yield_every`: the fuel between
-    /// preemption points of the modules that will call pods (the sandbox's
-    /// `yield_fuel`), so that time spent in pods counts towards them.
+    /// A hub with no pods, shared.
     ///
     /// # Errors
     /// When wasmtime refuses the engine configuration.
-    pub fn shared(yield_every: Option<u64>) -> Result<Arc<Mutex<PodHub>>, HubSetupError> {
+    pub fn shared() -> Result<Arc<Mutex<PodHub>>, HubSetupError> {
         let mut c = Config::new();
         c.consume_fuel(true);
         c.max_wasm_stack(POD_WASM_STACK);
@@ -391,7 +387,6 @@ impl PodHub {
                 tables: HashMap::new(),
                 next: 1,
                 counters: HubCounters::default(),
-                yield_every,
             })
         }))
     }
@@ -754,14 +749,14 @@ fn bind_info(principal: PrincipalId, client: Client, entry: &str) -> Vec<u8> {
 }
 
 /// Runs the bind request or the call in the pod's own store: copies `input`
-/// into its buffer, runs under `budget`, and copies the result out.
-fn run_pod(live: &mut Live, b: &Begun, depth: u32, budget: u64, input: &[u8]) -> (Ran, Vec<u8>) {
+/// into its buffer and runs under `budget`. A result beyond the negotiated
+/// length is `E_POD`; the result bytes stay in the pod's buffer.
+fn run_pod(live: &mut Live, b: &Begun, depth: u32, budget: u64, input: &[u8]) -> Ran {
     let (p, l) = live.buf;
     let n = input.len();
-    let put = live.memory.data_mut(&mut live.store).get_mut(p..p + l.min(n)).filter(|d| d.len() == n);
-    match put {
+    match live.memory.data_mut(&mut live.store).get_mut(p..p + l.min(n)).filter(|d| d.len() == n) {
         Some(dst) => dst.copy_from_slice(input),
-        None => return (Ran { result: Err(E_POD), used: 0 }, Vec::new()),
+        None => return Ran { result: Err(E_POD), used: 0 },
     }
     live.store.data_mut().depth = depth + 1;
     let _ = live.store.set_fuel(budget);
@@ -772,26 +767,14 @@ fn run_pod(live: &mut Live, b: &Begun, depth: u32, budget: u64, input: &[u8]) ->
     };
     let used = budget.saturating_sub(live.store.get_fuel().unwrap_or(0));
     let result = match r {
+        Ok(v) if b.state.is_some() && v >= 0 && v as usize > b.region.1.min(l) => Ok(E_POD),
         Ok(v) => Ok(v),
         Err(e) => match e.downcast_ref::<Trap>() {
             Some(Trap::OutOfFuel) => Err(E_CPU),
             _ => Err(E_TRAP),
         },
     };
-    let mut out = Vec::new();
-    if b.state.is_some()
-        && let Ok(v) = result
-        && v >= 0
-    {
-        let v = v as usize;
-        if v > b.region.1.min(l) {
-            return (Ran { result: Ok(E_POD), used }, out);
-        }
-        if let Some(src) = live.memory.data(&live.store).get(p..p + v) {
-            out.extend_from_slice(src);
-        }
-    }
-    (Ran { result, used }, out)
+    Ran { result, used }
 }
 
 /// `pod.call(binding, in_len) -> out_len | E_*`.
@@ -800,57 +783,66 @@ fn call<T: PodClient>(c: &mut Caller<'_, T>, binding: i32, in_len: i32) -> i32 {
     let caller_fuel = c.get_fuel().ok();
     let begun = match hub.try_lock() {
         Ok(mut h) => h.begin(client, binding, depth, caller_fuel).map(|(b, l)| {
-            let entry = h.pods.get(&b.pod).and_then(|p| p.entries.get(b.offer).cloned()).unwrap_or_default();
-            (b, l, entry)
+            // A bind request carries the client's particulars.
+            let info = b.state.is_none().then(|| {
+                let entry = h.pods.get(&b.pod).and_then(|p| p.entries.get(b.offer)).map_or("", String::as_str);
+                bind_info(principal, client, entry)
+            });
+            (b, l, info)
         }),
         Err(_) => return E_CONTEXT,
     };
-    let (begun, mut live, entry) = match begun {
+    let (begun, mut live, info) = match begun {
         Ok(b) => b,
         Err(e) => return e,
-    };
-    // The argument bytes, copied out of the caller's memory; a bind request
-    // carries the client's particulars instead. Nothing else of the caller
-    // reaches the pod.
-    let (off, n) = begun.region;
-    let input = if begun.state.is_none() {
-        Some(bind_info(principal, client, &entry))
-    } else {
-        usize::try_from(in_len).ok().filter(|&len| len <= n).and_then(|len| {
-            let m = caller_memory(c)?;
-            m.data(&*c).get(off..off.checked_add(len)?).map(<[u8]>::to_vec)
-        })
     };
     // Thread tunnelling: the pod runs on what is left of the caller's fuel
     // (at most the pod's per-call cpu), and the caller pays what it used.
     let budget = caller_fuel.map_or(begun.cap, |f| f.min(begun.cap));
-    let (ran, out) = match &input {
-        Some(i) => run_pod(&mut live, &begun, depth, budget, i),
-        None => (Ran { result: Ok(E_INVAL), used: 0 }, Vec::new()),
+    let (off, n) = begun.region;
+    let memory = caller_memory(c);
+    // The argument bytes go straight from the caller's memory into the
+    // pod's buffer. Nothing else of the caller reaches the pod.
+    let ran = match (&info, memory) {
+        (Some(i), _) => Some(run_pod(&mut live, &begun, depth, budget, i)),
+        (None, Some(m)) => usize::try_from(in_len)
+            .ok()
+            .filter(|&len| len <= n)
+            .and_then(|len| m.data(&*c).get(off..off.checked_add(len)?))
+            .map(|src| run_pod(&mut live, &begun, depth, budget, src)),
+        (None, None) => None,
     };
+    let Some(ran) = ran else {
+        // A bad length or region: the pod was not entered.
+        if let Ok(mut h) = hub.try_lock() {
+            h.finish(client, &begun, live, &Ran { result: Ok(0), used: 0 });
+        }
+        return E_INVAL;
+    };
+    // The result, straight from the pod's buffer into the caller's region.
+    let mut status = match (begun.state, ran.result) {
+        (None, Ok(s)) if s >= 0 => 0,
+        (None, Ok(_)) => E_REFUSED,
+        (_, Err(e)) => e,
+        (Some(_), Ok(v)) if v < 0 => E_POD,
+        (Some(_), Ok(v)) => v,
+    };
+    if begun.state.is_some() && status > 0 {
+        let (p, len) = (live.buf.0, status as usize);
+        let src = live.memory.data(&live.store).get(p..p + len);
+        let dst = memory.and_then(|m| m.data_mut(&mut *c).get_mut(off..off + len));
+        match (src, dst) {
+            (Some(s), Some(d)) => d.copy_from_slice(s),
+            _ => status = E_INVAL,
+        }
+    }
     if let Some(f) = caller_fuel {
         let _ = c.set_fuel(f.saturating_sub(ran.used));
     }
     if let Ok(mut h) = hub.try_lock() {
         h.finish(client, &begun, live, &ran);
     }
-    match (begun.state, ran.result, input.is_some()) {
-        (_, _, false) => E_INVAL,
-        (None, Ok(s), _) if s >= 0 => 0,
-        (None, Ok(_), _) => E_REFUSED,
-        (_, Err(e), _) => e,
-        (Some(_), Ok(v), _) if v < 0 => E_POD,
-        (Some(_), Ok(v), _) => {
-            let Some(m) = caller_memory(c) else { return E_INVAL };
-            match m.data_mut(&mut *c).get_mut(off..off + out.len()) {
-                Some(dst) => {
-                    dst.copy_from_slice(&out);
-                    v
-                }
-                None => E_INVAL,
-            }
-        }
-    }
+    status
 }
 
 /// `pod.bind(name_ptr, name_len, buf_ptr, buf_len) -> binding | E_*`.
@@ -883,10 +875,11 @@ fn bind<T: PodClient>(c: &mut Caller<'_, T>, np: i32, nl: i32, bp: i32, bl: i32)
 /// point once the caller has spent a slice's fuel since the last one:
 /// charging the caller resets wasmtime's fuel slice, so without this a module
 /// that spends its time in pods would never reach one.
-pub(crate) fn define_for_modules(l: &mut Linker<crate::host::TenantState>, yields: bool) -> wasmtime::Result<()> {
-    if !yields {
-        return define_pod(l);
-    }
+pub(crate) fn define_for_modules(
+    l: &mut Linker<crate::host::TenantState>,
+    yields: Option<u64>,
+) -> wasmtime::Result<()> {
+    let Some(every) = yields else { return define_pod(l) };
     l.func_wrap_async(
         "pod",
         "bind",
@@ -895,11 +888,10 @@ pub(crate) fn define_for_modules(l: &mut Linker<crate::host::TenantState>, yield
             Box::new(async move { r })
         },
     )?;
-    l.func_wrap_async("pod", "call", |mut c: Caller<'_, crate::host::TenantState>, (b, len): (i32, i32)| {
+    l.func_wrap_async("pod", "call", move |mut c: Caller<'_, crate::host::TenantState>, (b, len): (i32, i32)| {
         let before = c.get_fuel().unwrap_or(0);
         let r = call(&mut c, b, len);
         let after = c.get_fuel().unwrap_or(0);
-        let every = c.data().pods.as_ref().and_then(|h| h.try_lock().ok()?.yield_every).unwrap_or(u64::MAX);
         let d = c.data_mut();
         // A mark below the fuel left is from an earlier invocation.
         if d.pod_mark < before {

@@ -88,7 +88,7 @@ impl Sandbox {
             let mut l =
                 host::linker_for(&self.engine, granted).map_err(|e| LoadError::Instantiate(format!("{e:#}")))?;
             if granted.contains(Interface::Pod) {
-                let yields = self.cfg.yield_fuel.is_some() && self.cfg.cpu == CpuBound::Fuel;
+                let yields = self.cfg.yield_fuel.filter(|_| self.cfg.cpu == CpuBound::Fuel);
                 crate::pods::define_for_modules(&mut l, yields)
                     .map_err(|e| LoadError::Instantiate(format!("{e:#}")))?;
             }

@@ -612,7 +612,7 @@ impl Sandbox {
         }
         let engine = Engine::new(&c).map_err(|e| SetupError::Engine(format!("{e:#}")))?;
         let verifier = Verifier::new(root, cfg.verifier.clone());
-        let pods = crate::pods::PodHub::shared(cfg.yield_fuel).map_err(|e| SetupError::Engine(e.0))?;
+        let pods = crate::pods::PodHub::shared().map_err(|e| SetupError::Engine(e.0))?;
         Ok(Sandbox {
             pods,
             engine,
