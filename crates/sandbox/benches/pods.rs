@@ -127,10 +127,16 @@ struct Setup {
     relay: i32,
 }
 
-fn setup() -> Setup {
+/// `yields`: the default preemptible invocations (`pod.call` is then an
+/// async host call); `false`: `yield_fuel = None`, plain synchronous calls.
+fn setup(yields: bool) -> Setup {
     let issuer = Issuer::from_secret(&[1; 32]).unwrap();
     let routes = StaticRoutes { this: Ipv4Addr::new(10, 0, 0, 1), table: HashMap::new() };
-    let mut sb = Sandbox::new(issuer.public_key(), SandboxConfig::default(), Arc::new(routes)).unwrap();
+    let mut cfg = SandboxConfig::default();
+    if !yields {
+        cfg.yield_fuel = None;
+    }
+    let mut sb = Sandbox::new(issuer.public_key(), cfg, Arc::new(routes)).unwrap();
     let cred = issuer.admin(PrincipalId([2; 32]), None).unwrap();
     let limits = RequestedLimits { cpu: Some(10_000_000), ..RequestedLimits::default() };
     for (name, src) in [("null", NULL_POD), ("relay", RELAY_POD)] {
@@ -213,8 +219,9 @@ fn bounce(w: &mut impl Write, r: &mut impl Read) {
 }
 
 fn table2(c: &mut Criterion) {
-    let mut s = setup();
+    let mut s = setup(true);
     let (null, echo, relay) = (s.null, s.echo, s.relay);
+    let mut sync = setup(false);
     let mut g = c.benchmark_group("pods_hot");
     g.bench_function("proc_call", |b| b.iter(|| proc_null(black_box(1))));
     for (name, entry, binding) in [
@@ -234,6 +241,16 @@ fn table2(c: &mut Criterion) {
             })
         });
     }
+    let sync_null = sync.null;
+    g.bench_function("pod_call_null_no_preemption", |b| {
+        b.iter_custom(|iters| {
+            let t = Instant::now();
+            for _ in 0..iters {
+                sync.run("pod", sync_null, HOT);
+            }
+            t.elapsed() / HOT
+        })
+    });
     // Pipe and Unix-socket round trips to another process.
     let mut child = echo_child(Stdio::piped(), Stdio::piped());
     let (mut w, mut r) = (child.stdin.take().unwrap(), child.stdout.take().unwrap());
