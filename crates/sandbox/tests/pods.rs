@@ -247,6 +247,10 @@ fn two_phase_binding_then_calls_with_per_client_state() {
     let be = bind_full(&mut sb, a, "store.echo");
     let (r, bytes) = call(&mut sb, a, be, b"hello pod");
     assert_eq!((r, bytes.as_slice()), (Ok(9), &b"hello pod"[..]));
+    // Longer than the negotiated length (the client's 2,048-byte region): refused, pod not entered.
+    assert_eq!(call(&mut sb, a, be, &[7u8; 2996]).0, Ok(-1));
+    let (r, bytes) = call(&mut sb, a, ba, b"");
+    assert_eq!((r, le(&bytes, 0)), (Ok(8), 4), "the refused call never ran in the pod");
     assert_eq!(sb.pod_bindings(a), 2);
 }
 
