@@ -18,12 +18,22 @@ pub enum Interface {
     State,
     /// `marshal`: safe encoding of lists of byte strings.
     Marshal,
+    /// `pod`: bind to and call pods (Expert's protected modules); a pod's
+    /// own credential needs it to be loaded as a pod (`docs/pods.md`).
+    Pod,
 }
 
 impl Interface {
     /// Every interface, in bit order.
-    pub const ALL: [Interface; 6] =
-        [Interface::Log, Interface::Route, Interface::Net, Interface::Time, Interface::State, Interface::Marshal];
+    pub const ALL: [Interface; 7] = [
+        Interface::Log,
+        Interface::Route,
+        Interface::Net,
+        Interface::Time,
+        Interface::State,
+        Interface::Marshal,
+        Interface::Pod,
+    ];
 
     /// The interface's name: its wasm import module and its credential fact.
     pub const fn name(self) -> &'static str {
@@ -34,6 +44,7 @@ impl Interface {
             Interface::Time => "time",
             Interface::State => "state",
             Interface::Marshal => "marshal",
+            Interface::Pod => "pod",
         }
     }
 
@@ -61,7 +72,7 @@ impl InterfaceSet {
     /// No interface.
     pub const EMPTY: InterfaceSet = InterfaceSet(0);
     /// Every interface.
-    pub const ALL: InterfaceSet = InterfaceSet(0b11_1111);
+    pub const ALL: InterfaceSet = InterfaceSet(0b111_1111);
 
     /// The set of the given interfaces.
     pub fn of(list: &[Interface]) -> InterfaceSet {

@@ -129,6 +129,9 @@ pub enum ConfigError {
         /// Why.
         reason: String,
     },
+    /// A `[[modules.pod]]` is malformed.
+    #[error("[[modules.pod]]: {0}")]
+    Pod(String),
     /// The administrator key is not usable as a credential root.
     #[error("[modules] admin_key: {0}")]
     AdminRoot(anode_cred::CredError),
@@ -500,6 +503,9 @@ pub struct ModulesConfig {
     /// Modules loaded from disk at start.
     #[serde(default, rename = "load", skip_serializing_if = "Vec::is_empty")]
     pub loads: Vec<ModuleLoad>,
+    /// Pods (Expert's protected modules, docs/pods.md) loaded from disk at start.
+    #[serde(default, rename = "pod", skip_serializing_if = "Vec::is_empty")]
+    pub pods: Vec<PodLoadConfig>,
     /// How long a principal's RCANE session outlives its last security
     /// association with this node (s): past it, the session is closed
     /// (`principal-gone`). An SA lasts `[security] reject_after_secs`
@@ -587,6 +593,7 @@ impl ModulesConfig {
         ModulesConfig {
             admin_key,
             loads: Vec::new(),
+            pods: Vec::new(),
             session_grace_secs: session_grace_secs(),
             tx_bytes_per_sec: tx_bytes_per_sec(),
             cpu_capacity_percent: cpu_capacity_percent(),
@@ -628,6 +635,56 @@ pub struct ModuleLoad {
     /// The loader's name for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+}
+
+/// One pod loaded at start (`[[modules.pod]]`, docs/pods.md).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodLoadConfig {
+    /// The wasm file (relative paths: to the config file).
+    pub file: PathBuf,
+    /// Its credential (Biscuit bytes; relative to the config file); it
+    /// must grant the `pod` interface.
+    pub credential: PathBuf,
+    /// The pod's name: its offers are `<name>.<entry>`.
+    pub name: String,
+    /// Principals (hex Ed25519 keys) that may bind; absent: any principal
+    /// whose module's credential grants `pod`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clients: Option<Vec<String>>,
+    /// `reset` (the default) or `retire`: what happens when it traps or is cut off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_fault: Option<String>,
+    /// Fuel a caller must have left for a call to enter the pod (default 0).
+    #[serde(default)]
+    pub min_fuel: u64,
+}
+
+impl PodLoadConfig {
+    /// Its access list and fault policy, checked.
+    ///
+    /// # Errors
+    /// A client that is not 64 hex digits, or an unknown `on_fault`.
+    pub fn policy(&self) -> Result<(Option<Vec<anode_sandbox::PrincipalId>>, anode_sandbox::pods::OnFault), String> {
+        use anode_sandbox::pods::OnFault;
+        let on_fault = match self.on_fault.as_deref() {
+            None | Some("reset") => OnFault::Reset,
+            Some("retire") => OnFault::Retire,
+            Some(o) => return Err(format!("pod {}: on_fault {o:?} is neither reset nor retire", self.name)),
+        };
+        let clients = match &self.clients {
+            None => None,
+            Some(l) => Some(
+                l.iter()
+                    .map(|h| {
+                        anode_sandbox::PrincipalId::from_hex(h)
+                            .ok_or_else(|| format!("pod {}: client {h:?} is not 64 hex digits", self.name))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+        };
+        Ok((clients, on_fault))
+    }
 }
 
 /// The `[monitor]` section: the FLAME tap on this node's data path
@@ -946,6 +1003,9 @@ impl NodeConfig {
         }
         if let Some(m) = &self.modules {
             parse_key(KeyField::AdminKey, &m.admin_key)?;
+            for p in &m.pods {
+                p.policy().map_err(ConfigError::Pod)?;
+            }
             for (i, s) in m.sessions.iter().enumerate() {
                 s.parsed(i)?;
             }
@@ -1212,6 +1272,27 @@ mod tests {
         assert!(e(&rc("cpu_capacity_percent = 101")).contains("not in 1..=100"));
         assert!(e(&rc("system_vp = \"10ms\"")).contains("[modules] system_vp"));
         assert!(e(&rc("best_effort_vp = \"9ms/10ms\"\ncpu_capacity_percent = 50")).contains("[modules]"));
+    }
+
+    #[test]
+    fn pods_parse_and_their_policy_is_checked() {
+        let key = anode_sec::Identity::from_seed(&[3; 32]).public().to_string();
+        let with = |extra: &str| {
+            format!(
+                "{NODE}[modules]\nadmin_key = \"{key}\"\n[[modules.pod]]\nfile = \"aes.wasm\"\n\
+                 credential = \"aes.cred\"\nname = \"aes\"\n{extra}\n"
+            )
+        };
+        let c = NodeConfig::from_toml(&with("")).expect("valid");
+        let p = &c.modules.as_ref().expect("modules").pods[0];
+        assert_eq!(p.policy().expect("policy"), (None, anode_sandbox::pods::OnFault::Reset));
+        let c = NodeConfig::from_toml(&with(&format!("clients = [\"{key}\"]\non_fault = \"retire\""))).expect("valid");
+        let (clients, on_fault) = c.modules.as_ref().expect("modules").pods[0].policy().expect("policy");
+        assert_eq!((clients.map(|l| l.len()), on_fault), (Some(1), anode_sandbox::pods::OnFault::Retire));
+        let e = |t: &str| NodeConfig::from_toml(t).expect_err("invalid").to_string();
+        assert!(e(&with("on_fault = \"explode\"")).contains("neither reset nor retire"));
+        assert!(e(&with("clients = [\"abcd\"]")).contains("not 64 hex digits"));
+        assert!(e(&with("colour = \"red\"")).contains("unknown field"));
     }
 
     #[test]

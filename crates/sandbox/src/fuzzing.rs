@@ -57,3 +57,31 @@ pub fn module_load(sb: &mut Sandbox, data: &[u8]) {
     }
     let _ = sb.handle_capsule(now(), Ipv4Addr::new(10, 0, 0, 2), data, &mut out);
 }
+
+/// Bytes as a pod loaded under an administrative credential: a typed error,
+/// or a listed pod with at least one offer, which unloads; the same bytes
+/// as an offer name never panic. Whether it loaded.
+pub fn pod_load(sb: &mut Sandbox, data: &[u8]) -> bool {
+    let cred = match anode_cred::fuzzing::issuer().admin(crate::PrincipalId([1; 32]), None) {
+        Ok(c) => c,
+        Err(e) => panic!("credential: {e}"),
+    };
+    let spec = crate::PodSpec {
+        code: data,
+        credential: Some(cred.to_bytes()),
+        requester: None,
+        name: "fuzz",
+        limits: anode_cred::RequestedLimits { memory: Some(4 << 20), cpu: Some(100_000), state: Some(4096) },
+        clients: None,
+        on_fault: crate::pods::OnFault::Reset,
+        min_fuel: 0,
+    };
+    let loaded = sb.load_pod(now(), &spec);
+    if let Ok(id) = loaded {
+        let listed = sb.pods().into_iter().find(|p| p.id == id);
+        assert!(listed.is_some_and(|p| !p.offers.is_empty()), "a loaded pod is listed with its offers");
+        assert!(sb.unload_pod(id));
+    }
+    let _ = crate::pods::parse_offer(&String::from_utf8_lossy(data));
+    loaded.is_ok()
+}

@@ -75,6 +75,15 @@ impl<T> HandleTable<T> {
         }
     }
 
+    /// The same as [`HandleTable::get`], mutable.
+    pub fn get_mut(&mut self, owner: u32, h: i32) -> Option<&mut T> {
+        let idx = self.slot(h)?;
+        match self.slots.get_mut(idx).and_then(|s| s.item.as_mut()) {
+            Some((o, t)) if *o == owner => Some(t),
+            _ => None,
+        }
+    }
+
     /// The object behind `h` regardless of owner (for the host's own bookkeeping).
     pub fn get_any(&self, h: i32) -> Option<(u32, &T)> {
         let idx = self.slot(h)?;

@@ -160,6 +160,10 @@ pub(crate) struct TenantState {
     pub limits: HostLimits,
     pub ops: Vec<HostOp>,
     logs: HashMap<u32, LogBucket>,
+    /// The pod binder, for the `pod` interface (docs/pods.md).
+    pub pods: Option<Arc<Mutex<crate::pods::PodHub>>>,
+    /// Fuel left at the last pod call that was a preemption point.
+    pub pod_mark: u64,
 }
 
 impl TenantState {
@@ -180,6 +184,8 @@ impl TenantState {
             limits,
             ops: Vec::new(),
             logs: HashMap::new(),
+            pods: None,
+            pod_mark: 0,
         }
     }
 
@@ -245,6 +251,8 @@ pub(crate) fn linker_for(engine: &Engine, granted: InterfaceSet) -> wasmtime::Re
             Interface::Time => define_time(&mut l)?,
             Interface::State => define_state(&mut l)?,
             Interface::Marshal => define_marshal(&mut l)?,
+            // Defined by the loader, which knows whether calls may yield (`crate::pods`).
+            Interface::Pod => {}
         }
     }
     Ok(l)
@@ -262,6 +270,7 @@ pub const FUNCTIONS: &[(&str, &[&str])] = &[
     ("time", &["now_ms", "set_alarm", "cancel_alarm"]),
     ("state", &["put", "get", "remove"]),
     ("marshal", &["encode", "field", "count"]),
+    ("pod", &["bind", "call", "unbind"]),
 ];
 
 /// Whether `module.name` is a host function.

@@ -16,6 +16,9 @@
 //!   call only and is counted against the module.
 //! - [`Sandbox::handle_capsule`]: capsules carrying code or its hash, code
 //!   fetch from the previous hop, and serving cached code to neighbours.
+//! - [`Sandbox::load_pod`] and the `pod` interface ([`pods`]): Expert's
+//!   protected modules, entered by two-phase binding and run on the
+//!   caller's budget.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -26,6 +29,7 @@ pub mod handles;
 pub mod host;
 pub mod marshal;
 pub mod ping;
+pub mod pods;
 mod sandbox;
 pub mod state;
 
@@ -36,6 +40,7 @@ use std::time::SystemTime;
 pub use anode_cred::{self as cred, PrincipalId};
 pub use cache::{CacheStats, Import};
 pub use host::HostLimits;
+pub use sandbox::PodSpec;
 pub use sandbox::{
     CapsuleError, CapsuleJob, CapsuleOutcome, CpuBound, DEFAULT_HOST_CALL_FUEL, DEFAULT_YIELD_FUEL, Invocation,
     InvokeError, Job, JobKind, LoadError, LoadSpec, ModuleCounters, ModuleInfo, ModuleKind, Sandbox, SandboxConfig,

@@ -34,6 +34,26 @@ pub enum LoadFailure {
 }
 
 impl Node {
+    /// Loads a pod (docs/pods.md), e.g. from `[[modules.pod]]` at start;
+    /// `None` when modules are off. Its calls are charged to the modules
+    /// that make them, through their invocations' fuel; loading one runs
+    /// only its start function.
+    pub fn load_pod(
+        &mut self,
+        spec: &anode_sandbox::PodSpec<'_>,
+        now_ms: u64,
+    ) -> Option<Result<anode_sandbox::pods::PodId, anode_sandbox::pods::PodError>> {
+        self.set_now(now_ms);
+        let m = self.modules.as_mut()?;
+        let now = m.now(now_ms);
+        Some(m.sb.load_pod(now, spec))
+    }
+
+    /// Unloads pod `id`; bindings to it fail at their next use.
+    pub fn unload_pod(&mut self, id: u32) -> bool {
+        self.modules.as_mut().is_some_and(|m| m.sb.unload_pod(anode_sandbox::pods::PodId(id)))
+    }
+
     /// Turns on switchlets and capsules with this sandbox (built from the
     /// `[modules]` section by [`crate::switchlets::sandbox`]).
     /// `unix_ms_at_zero` is the wall-clock time when `now_ms` was 0
@@ -48,7 +68,9 @@ impl Node {
 
     /// Loaded modules (not capsule instances): id, principal, names, code
     /// hash, entries, interfaces, limits, until when its credential allows
-    /// it, and its counters; `[]` when modules are off.
+    /// it, and its counters; then the pods (`"kind": "pod"`, id `pN`, their
+    /// name as `names`, their offers' entries as `entries`); `[]` when
+    /// modules are off.
     pub fn modules_list_json(&self) -> serde_json::Value {
         use serde_json::json;
         let Some(m) = self.modules.as_ref() else { return json!([]) };
@@ -74,6 +96,22 @@ impl Node {
                 })
             })
             .collect();
+        let mut list = list;
+        list.extend(m.sb.pods().into_iter().map(|p| {
+            let c = p.counters;
+            json!({
+                "kind": "pod",
+                "id": p.id.to_string(),
+                "principal": p.principal.to_string(),
+                "names": [p.name],
+                "entries": p.offers,
+                "on_fault": format!("{:?}", p.on_fault).to_lowercase(),
+                "buffer": p.buffer,
+                "counters": {"invocations": c.calls, "ok": c.calls.saturating_sub(c.traps + c.cut_off), "traps": c.traps,
+                             "cpu_exhausted": c.cut_off, "memory_exhausted": 0, "binds": c.binds, "accepted": c.accepted,
+                             "refused": c.refused, "denied": c.denied, "busy": c.busy, "resets": c.resets, "fuel": c.fuel},
+            })
+        }));
         json!(list)
     }
 

@@ -85,7 +85,13 @@ impl Sandbox {
 
     pub(super) fn linker(&mut self, granted: InterfaceSet) -> Result<&Linker<TenantState>, LoadError> {
         if !self.linkers.contains_key(&granted) {
-            let l = host::linker_for(&self.engine, granted).map_err(|e| LoadError::Instantiate(format!("{e:#}")))?;
+            let mut l =
+                host::linker_for(&self.engine, granted).map_err(|e| LoadError::Instantiate(format!("{e:#}")))?;
+            if granted.contains(Interface::Pod) {
+                let yields = self.cfg.yield_fuel.filter(|_| self.cfg.cpu == CpuBound::Fuel);
+                crate::pods::define_for_modules(&mut l, yields)
+                    .map_err(|e| LoadError::Instantiate(format!("{e:#}")))?;
+            }
             self.linkers.insert(granted, l);
         }
         self.linkers.get(&granted).ok_or_else(|| LoadError::Instantiate("no linker".into()))
@@ -118,7 +124,8 @@ impl Sandbox {
 
     pub(super) fn new_space(&mut self, principal: PrincipalId) -> Option<Space> {
         let t = self.tenants.get(&principal)?;
-        let data = TenantState::new(principal, t.cap(), t.state.clone(), self.routes.clone(), self.cfg.host);
+        let mut data = TenantState::new(principal, t.cap(), t.state.clone(), self.routes.clone(), self.cfg.host);
+        data.pods = Some(self.pods.clone());
         let mut store = Store::new(&self.engine, data);
         store.limiter(|d| &mut d.limiter);
         let mut yields = false;
@@ -339,6 +346,7 @@ impl Sandbox {
         let Some(m) = self.modules.remove(&id) else { return false };
         self.names.retain(|_, v| *v != id);
         self.channels.retain(|c| c.module != id);
+        self.forget_pod_client(id);
         if let Some(t) = self.tenants.get_mut(&m.principal) {
             if let Some(s) = t.slot(m.kind).as_mut() {
                 match s.store.as_mut() {

@@ -12,10 +12,12 @@ mod capsules;
 mod channels;
 mod invoke;
 mod loader;
+mod pods;
 mod task;
 mod timers;
 
 use invoke::{arm, begin_call, classify, drop_call};
+pub use pods::PodSpec;
 use task::run_to_end;
 pub use task::{CapsuleJob, Job, JobKind, Step, Task};
 
@@ -579,6 +581,8 @@ pub struct Sandbox {
     next_id: u32,
     next_space: u64,
     counters: SandboxCounters,
+    /// The pod binder and the pods (`sandbox/pods.rs`, docs/pods.md).
+    pods: Arc<Mutex<crate::pods::PodHub>>,
 }
 
 impl Sandbox {
@@ -608,7 +612,9 @@ impl Sandbox {
         }
         let engine = Engine::new(&c).map_err(|e| SetupError::Engine(format!("{e:#}")))?;
         let verifier = Verifier::new(root, cfg.verifier.clone());
+        let pods = crate::pods::PodHub::shared().map_err(|e| SetupError::Engine(e.0))?;
         Ok(Sandbox {
+            pods,
             engine,
             cache: CodeCache::new(cfg.cache_bytes),
             cfg,

@@ -1,0 +1,949 @@
+//! Pods (Expert §3): protected modules with private memory and state,
+//! entered by binding, run on their caller's budget.
+//!
+//! A pod is a WebAssembly module instantiated in a [`Store`] of its own (its
+//! own linear memory, globals and tables), on an engine of its own. It has no
+//! thread and no entry the node calls: it runs only when a client (a module,
+//! or another pod) calls it through the `pod` host interface:
+//!
+//! - `pod.bind(name_ptr, name_len, buf_ptr, buf_len) -> binding` (phase 1,
+//!   Expert Fig. 2 stage 1): the binder checks the client's right to the
+//!   named offer (`<pod>.<entry>`) and gives it a *temporary* binding: an
+//!   index into the client's own binding table. No pod code runs.
+//! - the first `pod.call(binding, 0)` is delivered to the pod's `pod_bind`
+//!   export as a bind request (stage 2.1) with the client's particulars; the
+//!   pod may refuse (the binding goes) or return a per-client state word,
+//!   kept in the binding record and passed to every later call; the binding
+//!   is then full (stage 2.3).
+//! - later `pod.call(binding, in_len) -> out_len` copy `in_len` bytes of the
+//!   client's buffer (negotiated at bind: the client's region, bounded by the
+//!   pod's buffer) into the pod's buffer, run the offer's entry
+//!   `(state, in_len) -> out_len`, and copy `out_len` bytes back.
+//! - `pod.unbind(binding)` frees the slot.
+//!
+//! Invariants:
+//! - A pod never sees its caller's memory, nor the caller its pod's: the host
+//!   copies the argument bytes between two stores; there is no shared memory.
+//! - Binding identifiers are `generation << 16 | slot` in a per-client table
+//!   of at most [`MAX_BINDINGS`] entries: another client's identifier, a made
+//!   up one, or one used after unbind is not found in the caller's table and
+//!   the call returns [`E_BADID`] before any pod code runs.
+//! - Time is charged to the caller (thread tunnelling): a call may spend at
+//!   most the caller's remaining fuel and the pod's per-call `cpu`, and what it
+//!   spends is taken from the caller's fuel, so the caller's invocation record
+//!   (and through it the caller's session and VP) pays.
+//! - A pod instance is never re-entered: while it runs it is out of the hub,
+//!   and a call that reaches it (recursion, a cycle of pods) gets [`E_BUSY`].
+//! - A pod that traps or is cut off is restored by its declared [`OnFault`]
+//!   policy before anyone can call it again; bindings to the old instance are
+//!   dropped ([`E_GONE`]) because the per-client state they name is gone.
+//! - Nesting stops at [`MAX_DEPTH`] pods ([`E_DEPTH`]).
+//!
+//! See `docs/pods.md`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use anode_cred::PrincipalId;
+use wasmtime::{Caller, Config, Engine, Extern, InstancePre, Linker, Memory, Module, Store, Trap, TypedFunc};
+
+use crate::handles::HandleTable;
+use crate::host::{E_CONTEXT, E_INVAL, E_LIMIT, E_NOTFOUND, MemLimiter};
+
+/// Deepest nesting of pod calls: a module's call runs its pod at depth 1, and
+/// a pod at depth `MAX_DEPTH` cannot call another.
+pub const MAX_DEPTH: u32 = 4;
+/// Bindings one client (module or pod) may hold at once.
+pub const MAX_BINDINGS: usize = 64;
+/// Largest argument or result buffer, bytes.
+pub const MAX_ARG: usize = 64 * 1024;
+/// Smallest buffer a pod may offer (it must hold a bind request).
+pub const MIN_POD_BUFFER: usize = 64;
+/// Longest pod name and longest entry name, bytes.
+pub const MAX_NAME: usize = 24;
+/// Pods one hub holds.
+pub const MAX_PODS: usize = 256;
+/// Fuel charged for each host call a pod makes (as the sandbox's
+/// `DEFAULT_HOST_CALL_FUEL` for modules).
+pub const POD_HOST_CALL_FUEL: u64 = 500;
+/// Largest wasm stack of a pod. Pods run on their caller's native stack (as
+/// in Expert, §3.5), [`MAX_DEPTH`] deep, so each gets a quarter of a
+/// module's 256 KiB.
+pub const POD_WASM_STACK: usize = 64 * 1024;
+/// Length of a bind request: principal (32), client kind (1), client id (4,
+/// big-endian), entry name length (1), entry name.
+pub const BIND_INFO_FIXED: usize = 38;
+
+/// The binding is not in the caller's table: forged, another client's, or
+/// used after unbind.
+pub const E_BADID: i32 = -10;
+/// The bind was refused: by the offer's access list at phase 1, or by the
+/// pod's `pod_bind` at phase 2 (the binding is gone).
+pub const E_REFUSED: i32 = -11;
+/// The pod is running (a re-entrant or cyclic call).
+pub const E_BUSY: i32 = -12;
+/// The call would nest deeper than [`MAX_DEPTH`].
+pub const E_DEPTH: i32 = -13;
+/// The pod was cut off: it spent the call's budget. It has been restored.
+pub const E_CPU: i32 = -14;
+/// The pod trapped. It has been restored.
+pub const E_TRAP: i32 = -15;
+/// The pod returned an error (negative) or a length beyond the buffer.
+pub const E_POD: i32 = -16;
+/// The pod was unloaded or restored since the bind: the binding is dropped;
+/// bind again.
+pub const E_GONE: i32 = -17;
+/// The caller has less fuel left than the pod's `min_fuel`: the pod was not
+/// entered.
+pub const E_SHORT: i32 = -18;
+
+/// A loaded pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PodId(pub u32);
+
+impl core::fmt::Display for PodId {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "p{}", self.0)
+    }
+}
+
+/// Who calls a pod: a module (by [`crate::ModuleId`] number) or a pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Client {
+    /// A loaded module.
+    Module(u32),
+    /// A pod calling another pod.
+    Pod(u32),
+}
+
+/// What happens to a pod that traps or is cut off mid-call (Expert §3.4:
+/// "forced failure of the whole component", rollback, shadow copies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnFault {
+    /// Throw the instance away and instantiate the pod again from its code:
+    /// its memory and globals are as after its first instantiation, and
+    /// every binding to it is dropped (their per-client state is gone).
+    #[default]
+    Reset,
+    /// Unload the pod: every later call gets [`E_GONE`].
+    Retire,
+}
+
+/// Why a pod was not loaded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PodError {
+    /// Refused by the module loader (size, signature, credential, imports).
+    #[error("pod refused by the loader: {0}")]
+    Load(#[from] crate::LoadError),
+    /// The credential does not grant the `pod` interface.
+    #[error("the credential does not grant the pod interface")]
+    NotGranted,
+    /// The pod imports something other than the `pod` interface.
+    #[error("a pod may import only the pod interface, not {0}")]
+    ForbiddenImport(String),
+    /// The pod or entry name is empty, too long or has other characters than `[A-Za-z0-9_-]`.
+    #[error("bad pod or offer name {0:?}")]
+    BadName(String),
+    /// A pod of that name is loaded.
+    #[error("a pod named {0:?} is loaded")]
+    NameTaken(String),
+    /// The hub holds [`MAX_PODS`] pods.
+    #[error("too many pods")]
+    TooMany,
+    /// The code does not compile.
+    #[error("pod does not compile: {0}")]
+    Compile(String),
+    /// A required export is missing or has the wrong type.
+    #[error("pod export {0} missing or of the wrong type")]
+    Export(String),
+    /// The pod offers no `offer.<name>` entry.
+    #[error("pod offers no entry")]
+    NoOffers,
+    /// The pod's buffer is smaller than [`MIN_POD_BUFFER`], larger than
+    /// [`MAX_ARG`], or outside its memory.
+    #[error("pod buffer at {ptr} of {len} bytes is not usable")]
+    Buffer {
+        /// Its address.
+        ptr: i64,
+        /// Its length.
+        len: i64,
+    },
+    /// Instantiation failed (start function trapped or overran, memory cap).
+    #[error("pod instantiation failed: {0}")]
+    Instantiate(String),
+}
+
+/// What a pod's loader decided: the hub's part of a load.
+#[derive(Debug, Clone)]
+pub struct PodLoad<'a> {
+    /// The pod's name: offers are `<name>.<entry>`.
+    pub name: &'a str,
+    /// Whose pod it is (its credential's principal).
+    pub principal: PrincipalId,
+    /// The wasm binary.
+    pub code: &'a [u8],
+    /// Most fuel one call (or the instantiation) may use.
+    pub cpu: u64,
+    /// Most linear memory, bytes.
+    pub memory: usize,
+    /// Principals that may bind (`None`: any whose credential grants `pod`).
+    pub clients: Option<Vec<PrincipalId>>,
+    /// What to do when it traps or is cut off.
+    pub on_fault: OnFault,
+    /// Fuel a caller must have left for a call to enter the pod (0: none).
+    /// A pod whose state is shared by clients should set it to at least its
+    /// longest call: otherwise a client calling with almost no fuel left can
+    /// cut the pod off mid-update, and the reset that follows drops every
+    /// other client's binding.
+    pub min_fuel: u64,
+}
+
+/// Per-pod counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PodCounters {
+    /// Temporary bindings handed out.
+    pub binds: u64,
+    /// Bind requests the pod accepted (full bindings).
+    pub accepted: u64,
+    /// Bind requests the pod refused.
+    pub refused: u64,
+    /// Binds refused by the access list.
+    pub denied: u64,
+    /// Calls run (bind requests included).
+    pub calls: u64,
+    /// Calls cut off by their budget.
+    pub cut_off: u64,
+    /// Calls that trapped.
+    pub traps: u64,
+    /// Times the pod was restored by its policy.
+    pub resets: u64,
+    /// Calls refused because the pod was running.
+    pub busy: u64,
+    /// Calls refused because the caller had less than `min_fuel` left.
+    pub short: u64,
+    /// Fuel spent in the pod, charged to its callers.
+    pub fuel: u64,
+}
+
+/// Hub-wide counters of refusals that belong to no pod.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HubCounters {
+    /// Calls or unbinds with an identifier not in the caller's table.
+    pub bad_binding: u64,
+    /// Binds refused because the caller's table was full.
+    pub table_full: u64,
+    /// Binds naming no loaded offer.
+    pub no_offer: u64,
+    /// Calls refused by the nesting limit.
+    pub too_deep: u64,
+    /// Calls on a binding whose pod was unloaded or restored.
+    pub gone: u64,
+}
+
+/// A pod as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodInfo {
+    /// Its id.
+    pub id: PodId,
+    /// Its name.
+    pub name: String,
+    /// Its principal.
+    pub principal: PrincipalId,
+    /// Its entries (offers are `<name>.<entry>`).
+    pub offers: Vec<String>,
+    /// Its fault policy.
+    pub on_fault: OnFault,
+    /// Its buffer length.
+    pub buffer: u32,
+    /// Its counters.
+    pub counters: PodCounters,
+}
+
+/// The data of a pod's store.
+pub struct PodState {
+    hub: Weak<Mutex<PodHub>>,
+    pod: PodId,
+    depth: u32,
+    limiter: MemLimiter,
+}
+
+/// A store's view of itself as a pod client: the hub, who it is, whose it
+/// is, and how deep it runs.
+pub(crate) trait PodClient {
+    fn pod_client(&self) -> Option<(Arc<Mutex<PodHub>>, Client, PrincipalId, u32)>;
+}
+
+impl PodClient for PodState {
+    fn pod_client(&self) -> Option<(Arc<Mutex<PodHub>>, Client, PrincipalId, u32)> {
+        let hub = self.hub.upgrade()?;
+        let principal = hub.try_lock().ok()?.pods.get(&self.pod).map(|p| p.principal)?;
+        Some((hub, Client::Pod(self.pod.0), principal, self.depth))
+    }
+}
+
+impl PodClient for crate::host::TenantState {
+    fn pod_client(&self) -> Option<(Arc<Mutex<PodHub>>, Client, PrincipalId, u32)> {
+        Some((self.pods.clone()?, Client::Module(self.call.module), self.principal, 0))
+    }
+}
+
+type Offer = TypedFunc<(i32, i32), i32>;
+
+/// A pod's running instance.
+struct Live {
+    store: Store<PodState>,
+    memory: Memory,
+    bind: TypedFunc<i32, i32>,
+    offers: Vec<Offer>,
+    buf: (usize, usize),
+}
+
+struct Pod {
+    name: String,
+    principal: PrincipalId,
+    pre: InstancePre<PodState>,
+    entries: Vec<String>,
+    clients: Option<Vec<PrincipalId>>,
+    on_fault: OnFault,
+    cpu: u64,
+    min_fuel: u64,
+    memory: usize,
+    /// Bumped on every restore: bindings to an older instance are gone.
+    epoch: u64,
+    /// `None` while a call runs in it.
+    live: Option<Live>,
+    buf_len: usize,
+    counters: PodCounters,
+}
+
+#[derive(Debug, Clone)]
+struct Binding {
+    pod: PodId,
+    epoch: u64,
+    offer: usize,
+    /// The client's region: (offset, length) in its memory.
+    region: (u32, u32),
+    /// `None` while temporary; the pod's per-client state once full.
+    state: Option<i32>,
+}
+
+/// The pod binder and every loaded pod of a sandbox. Shared
+/// (`Arc<Mutex<PodHub>>`) by the stores whose modules call pods; the lock is
+/// never held while pod code runs.
+pub struct PodHub {
+    engine: Engine,
+    linker: Linker<PodState>,
+    me: Weak<Mutex<PodHub>>,
+    pods: HashMap<PodId, Pod>,
+    names: HashMap<String, PodId>,
+    tables: HashMap<Client, HandleTable<Binding>>,
+    next: u32,
+    counters: HubCounters,
+}
+
+impl core::fmt::Debug for PodHub {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PodHub").field("pods", &self.pods.len()).field("clients", &self.tables.len()).finish()
+    }
+}
+
+/// Whether `s` is a usable pod or entry name.
+pub fn valid_name(s: &str) -> bool {
+    !s.is_empty() && s.len() <= MAX_NAME && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Splits an offer name `<pod>.<entry>`.
+pub fn parse_offer(s: &str) -> Option<(&str, &str)> {
+    let (pod, entry) = s.split_once('.')?;
+    (valid_name(pod) && valid_name(entry)).then_some((pod, entry))
+}
+
+/// The hub could not build its engine.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot set up the pod engine: {0}")]
+pub struct HubSetupError(pub String);
+
+impl PodHub {
+    /// A hub with no pods, shared.
+    ///
+    /// # Errors
+    /// When wasmtime refuses the engine configuration.
+    pub fn shared() -> Result<Arc<Mutex<PodHub>>, HubSetupError> {
+        let mut c = Config::new();
+        c.consume_fuel(true);
+        c.max_wasm_stack(POD_WASM_STACK);
+        c.native_unwind_info(false);
+        let engine = Engine::new(&c).map_err(|e| HubSetupError(format!("{e:#}")))?;
+        let mut linker = Linker::new(&engine);
+        define_pod(&mut linker).map_err(|e| HubSetupError(format!("{e:#}")))?;
+        Ok(Arc::new_cyclic(|me| {
+            Mutex::new(PodHub {
+                engine,
+                linker,
+                me: me.clone(),
+                pods: HashMap::new(),
+                names: HashMap::new(),
+                tables: HashMap::new(),
+                next: 1,
+                counters: HubCounters::default(),
+            })
+        }))
+    }
+
+    /// Compiles and instantiates a pod whose loader has decided its
+    /// credential. Its start function (if any) runs under `cpu`.
+    ///
+    /// # Errors
+    /// See [`PodError`]; nothing is kept on error.
+    ///
+    /// # DoS
+    /// `code` is untrusted: compiling is bounded by the loader's size limit,
+    /// the start function by `cpu` and `memory`.
+    pub fn load(&mut self, spec: &PodLoad<'_>) -> Result<PodId, PodError> {
+        if !valid_name(spec.name) {
+            return Err(PodError::BadName(spec.name.into()));
+        }
+        if self.names.contains_key(spec.name) {
+            return Err(PodError::NameTaken(spec.name.into()));
+        }
+        if self.pods.len() >= MAX_PODS {
+            return Err(PodError::TooMany);
+        }
+        let module = Module::from_binary(&self.engine, spec.code).map_err(|e| PodError::Compile(format!("{e:#}")))?;
+        let mut entries = Vec::new();
+        for e in module.exports() {
+            if let Some(n) = e.name().strip_prefix("offer.") {
+                if !valid_name(n) {
+                    return Err(PodError::BadName(e.name().into()));
+                }
+                entries.push(n.to_string());
+            }
+        }
+        if entries.is_empty() {
+            return Err(PodError::NoOffers);
+        }
+        let pre = self.linker.instantiate_pre(&module).map_err(|e| PodError::Instantiate(format!("{e:#}")))?;
+        let id = PodId(self.next);
+        let live = self.instantiate(id, &pre, &entries, spec.cpu, spec.memory)?;
+        self.next = self.next.wrapping_add(1).max(1);
+        let buf_len = live.buf.1;
+        self.names.insert(spec.name.into(), id);
+        self.pods.insert(
+            id,
+            Pod {
+                name: spec.name.into(),
+                principal: spec.principal,
+                pre,
+                entries,
+                clients: spec.clients.clone(),
+                on_fault: spec.on_fault,
+                cpu: spec.cpu,
+                min_fuel: spec.min_fuel,
+                memory: spec.memory,
+                epoch: 0,
+                live: Some(live),
+                buf_len,
+                counters: PodCounters::default(),
+            },
+        );
+        Ok(id)
+    }
+
+    fn instantiate(
+        &self,
+        id: PodId,
+        pre: &InstancePre<PodState>,
+        entries: &[String],
+        cpu: u64,
+        memory: usize,
+    ) -> Result<Live, PodError> {
+        let data = PodState {
+            hub: self.me.clone(),
+            pod: id,
+            depth: 0,
+            limiter: MemLimiter { cap: memory, used: 0, exceeded: false },
+        };
+        let mut store = Store::new(&self.engine, data);
+        store.limiter(|d| &mut d.limiter);
+        store.call_hook(|mut ctx, hook| {
+            if matches!(hook, wasmtime::CallHook::ReturningFromHost)
+                && let Ok(f) = ctx.get_fuel()
+            {
+                let _ = ctx.set_fuel(f.saturating_sub(POD_HOST_CALL_FUEL));
+            }
+            Ok(())
+        });
+        let _ = store.set_fuel(cpu);
+        let inst = pre.instantiate(&mut store).map_err(|e| PodError::Instantiate(format!("{e:#}")))?;
+        let memory = inst.get_memory(&mut store, "memory").ok_or_else(|| PodError::Export("memory".into()))?;
+        let bind =
+            inst.get_typed_func::<i32, i32>(&mut store, "pod_bind").map_err(|_| PodError::Export("pod_bind".into()))?;
+        let mut offers = Vec::with_capacity(entries.len());
+        for e in entries {
+            let name = format!("offer.{e}");
+            offers.push(inst.get_typed_func::<(i32, i32), i32>(&mut store, &name).map_err(|_| PodError::Export(name))?);
+        }
+        let ptr_f = inst
+            .get_typed_func::<(), i32>(&mut store, "pod_buffer")
+            .map_err(|_| PodError::Export("pod_buffer".into()))?;
+        let len_f = inst
+            .get_typed_func::<(), i32>(&mut store, "pod_buffer_len")
+            .map_err(|_| PodError::Export("pod_buffer_len".into()))?;
+        let (ptr, len) = match (ptr_f.call(&mut store, ()), len_f.call(&mut store, ())) {
+            (Ok(p), Ok(l)) => (p, l),
+            (Err(e), _) | (_, Err(e)) => return Err(PodError::Instantiate(format!("{e:#}"))),
+        };
+        let bad = PodError::Buffer { ptr: i64::from(ptr), len: i64::from(len) };
+        let (Ok(p), Ok(l)) = (usize::try_from(ptr), usize::try_from(len)) else { return Err(bad) };
+        if !(MIN_POD_BUFFER..=MAX_ARG).contains(&l) || p.checked_add(l).is_none_or(|end| end > memory.data_size(&store))
+        {
+            return Err(bad);
+        }
+        Ok(Live { store, memory, bind, offers, buf: (p, l) })
+    }
+
+    /// Unloads a pod. Bindings to it fail with [`E_GONE`] at their next use.
+    pub fn unload(&mut self, id: PodId) -> bool {
+        match self.pods.remove(&id) {
+            Some(p) => {
+                self.names.remove(&p.name);
+                self.tables.remove(&Client::Pod(id.0));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The pod named `name`.
+    pub fn by_name(&self, name: &str) -> Option<PodId> {
+        self.names.get(name).copied()
+    }
+
+    /// Every pod, by id.
+    pub fn list(&self) -> Vec<PodInfo> {
+        let mut v: Vec<PodInfo> = self
+            .pods
+            .iter()
+            .map(|(id, p)| PodInfo {
+                id: *id,
+                name: p.name.clone(),
+                principal: p.principal,
+                offers: p.entries.clone(),
+                on_fault: p.on_fault,
+                buffer: p.buf_len as u32,
+                counters: p.counters,
+            })
+            .collect();
+        v.sort_by_key(|i| i.id);
+        v
+    }
+
+    /// Hub-wide refusal counters.
+    pub fn counters(&self) -> HubCounters {
+        self.counters
+    }
+
+    /// Bindings `client` holds.
+    pub fn bindings_of(&self, client: Client) -> usize {
+        self.tables.get(&client).map_or(0, HandleTable::len)
+    }
+
+    /// Clients holding a binding table.
+    pub fn clients(&self) -> usize {
+        self.tables.len()
+    }
+
+    /// Forgets a client's bindings (the module was unloaded).
+    pub fn forget_client(&mut self, client: Client) {
+        self.tables.remove(&client);
+    }
+
+    /// Phase 1: a temporary binding of `client` to the offer `name`, if the
+    /// offer's access list admits `principal` and the client's table has room.
+    pub fn bind(&mut self, client: Client, principal: PrincipalId, name: &str, region: (u32, u32)) -> i32 {
+        let Some((pod_name, entry)) = parse_offer(name) else {
+            self.counters.no_offer += 1;
+            return E_NOTFOUND;
+        };
+        let Some(&id) = self.names.get(pod_name) else {
+            self.counters.no_offer += 1;
+            return E_NOTFOUND;
+        };
+        let Some(pod) = self.pods.get_mut(&id) else { return E_NOTFOUND };
+        let Some(offer) = pod.entries.iter().position(|e| e == entry) else {
+            self.counters.no_offer += 1;
+            return E_NOTFOUND;
+        };
+        if pod.clients.as_ref().is_some_and(|l| !l.contains(&principal)) {
+            pod.counters.denied += 1;
+            return E_REFUSED;
+        }
+        let table = self.tables.entry(client).or_insert_with(|| HandleTable::new(MAX_BINDINGS));
+        match table.insert(0, Binding { pod: id, epoch: pod.epoch, offer, region, state: None }) {
+            Some(h) => {
+                pod.counters.binds += 1;
+                h
+            }
+            None => {
+                self.counters.table_full += 1;
+                E_LIMIT
+            }
+        }
+    }
+
+    /// Removes a binding of `client`.
+    pub fn unbind(&mut self, client: Client, binding: i32) -> i32 {
+        match self.tables.get_mut(&client).and_then(|t| t.remove(0, binding)) {
+            Some(_) => 0,
+            None => {
+                self.counters.bad_binding += 1;
+                E_BADID
+            }
+        }
+    }
+
+    /// The checks before a call, then the pod's instance taken out.
+    fn begin(
+        &mut self,
+        client: Client,
+        binding: i32,
+        depth: u32,
+        caller_fuel: Option<u64>,
+    ) -> Result<(Begun, Live), i32> {
+        let Some(b) = self.tables.get(&client).and_then(|t| t.get(0, binding)).cloned() else {
+            self.counters.bad_binding += 1;
+            return Err(E_BADID);
+        };
+        if depth >= MAX_DEPTH {
+            self.counters.too_deep += 1;
+            return Err(E_DEPTH);
+        }
+        let current = self.pods.get(&b.pod).is_some_and(|p| p.epoch == b.epoch);
+        if !current {
+            self.counters.gone += 1;
+            if let Some(t) = self.tables.get_mut(&client) {
+                t.remove(0, binding);
+            }
+            return Err(E_GONE);
+        }
+        let Some(pod) = self.pods.get_mut(&b.pod) else { return Err(E_GONE) };
+        if caller_fuel.is_some_and(|f| f < pod.min_fuel) {
+            pod.counters.short += 1;
+            return Err(E_SHORT);
+        }
+        let Some(live) = pod.live.take() else {
+            pod.counters.busy += 1;
+            return Err(E_BUSY);
+        };
+        pod.counters.calls += 1;
+        let n = (b.region.1 as usize).min(pod.buf_len);
+        let begun = Begun {
+            binding,
+            pod: b.pod,
+            offer: b.offer,
+            state: b.state,
+            region: (b.region.0 as usize, n),
+            cap: pod.cpu,
+        };
+        Ok((begun, live))
+    }
+
+    /// Puts the instance back (or restores the pod after a fault) and
+    /// updates the binding.
+    fn finish(&mut self, client: Client, begun: &Begun, live: Live, outcome: &Ran) {
+        let Some(pod) = self.pods.get_mut(&begun.pod) else { return };
+        pod.counters.fuel += outcome.used;
+        let fault = matches!(outcome.result, Err(E_CPU) | Err(E_TRAP));
+        match outcome.result {
+            Err(E_CPU) => pod.counters.cut_off += 1,
+            Err(E_TRAP) => pod.counters.traps += 1,
+            _ => {}
+        }
+        if begun.state.is_none() {
+            let accepted = matches!(outcome.result, Ok(s) if s >= 0);
+            if let Some(t) = self.tables.get_mut(&client) {
+                if accepted {
+                    if let (Some(b), Ok(s)) = (t.get_mut(0, begun.binding), outcome.result) {
+                        b.state = Some(s);
+                    }
+                } else {
+                    t.remove(0, begun.binding);
+                }
+            }
+            if accepted {
+                pod.counters.accepted += 1;
+            } else if !fault {
+                pod.counters.refused += 1;
+            }
+        }
+        if !fault {
+            pod.live = Some(live);
+            return;
+        }
+        drop(live);
+        match pod.on_fault {
+            OnFault::Reset => {
+                // The new instance knows none of the old one's bindings either.
+                self.tables.remove(&Client::Pod(begun.pod.0));
+                let Some(pod) = self.pods.get_mut(&begun.pod) else { return };
+                pod.epoch += 1;
+                pod.counters.resets += 1;
+                let (pre, entries, cpu, mem) = (pod.pre.clone(), pod.entries.clone(), pod.cpu, pod.memory);
+                match self.instantiate(begun.pod, &pre, &entries, cpu, mem) {
+                    Ok(l) => {
+                        if let Some(p) = self.pods.get_mut(&begun.pod) {
+                            p.live = Some(l);
+                        }
+                    }
+                    Err(_) => {
+                        self.unload(begun.pod);
+                    }
+                }
+            }
+            OnFault::Retire => {
+                self.unload(begun.pod);
+            }
+        }
+    }
+}
+
+/// A call under way: what [`PodHub::begin`] found.
+struct Begun {
+    binding: i32,
+    pod: PodId,
+    offer: usize,
+    state: Option<i32>,
+    /// The client's region offset, and the negotiated length.
+    region: (usize, usize),
+    cap: u64,
+}
+
+/// What running the pod gave: its result (an `E_*` code for faults) and the
+/// fuel it used.
+struct Ran {
+    result: Result<i32, i32>,
+    used: u64,
+}
+
+fn caller_memory<T>(c: &mut Caller<'_, T>) -> Option<Memory> {
+    match c.get_export("memory") {
+        Some(Extern::Memory(m)) => Some(m),
+        _ => None,
+    }
+}
+
+/// The bind request the pod's `pod_bind` reads from its buffer.
+fn bind_info(principal: PrincipalId, client: Client, entry: &str) -> Vec<u8> {
+    let mut v = Vec::with_capacity(BIND_INFO_FIXED + entry.len());
+    v.extend_from_slice(&principal.0);
+    let (kind, id) = match client {
+        Client::Module(m) => (0u8, m),
+        Client::Pod(p) => (1u8, p),
+    };
+    v.push(kind);
+    v.extend_from_slice(&id.to_be_bytes());
+    v.push(entry.len() as u8);
+    v.extend_from_slice(entry.as_bytes());
+    v
+}
+
+/// Runs the bind request or the call in the pod's own store: copies `input`
+/// into its buffer and runs under `budget`. A result beyond the negotiated
+/// length is `E_POD`; the result bytes stay in the pod's buffer.
+fn run_pod(live: &mut Live, b: &Begun, depth: u32, budget: u64, input: &[u8]) -> Ran {
+    let (p, l) = live.buf;
+    let n = input.len();
+    match live.memory.data_mut(&mut live.store).get_mut(p..p + l.min(n)).filter(|d| d.len() == n) {
+        Some(dst) => dst.copy_from_slice(input),
+        None => return Ran { result: Err(E_POD), used: 0 },
+    }
+    live.store.data_mut().depth = depth + 1;
+    let _ = live.store.set_fuel(budget);
+    let r = match (b.state, live.offers.get(b.offer)) {
+        (None, _) => live.bind.call(&mut live.store, n as i32),
+        (Some(s), Some(f)) => f.call(&mut live.store, (s, n as i32)),
+        (Some(_), None) => Ok(E_POD),
+    };
+    let used = budget.saturating_sub(live.store.get_fuel().unwrap_or(0));
+    let result = match r {
+        Ok(v) if b.state.is_some() && v >= 0 && v as usize > b.region.1.min(l) => Ok(E_POD),
+        Ok(v) => Ok(v),
+        Err(e) => match e.downcast_ref::<Trap>() {
+            Some(Trap::OutOfFuel) => Err(E_CPU),
+            _ => Err(E_TRAP),
+        },
+    };
+    Ran { result, used }
+}
+
+/// `pod.call(binding, in_len) -> out_len | E_*`.
+fn call<T: PodClient>(c: &mut Caller<'_, T>, binding: i32, in_len: i32) -> i32 {
+    let Some((hub, client, principal, depth)) = c.data().pod_client() else { return E_CONTEXT };
+    let caller_fuel = c.get_fuel().ok();
+    let begun = match hub.try_lock() {
+        Ok(mut h) => h.begin(client, binding, depth, caller_fuel).map(|(b, l)| {
+            // A bind request carries the client's particulars.
+            let info = b.state.is_none().then(|| {
+                let entry = h.pods.get(&b.pod).and_then(|p| p.entries.get(b.offer)).map_or("", String::as_str);
+                bind_info(principal, client, entry)
+            });
+            (b, l, info)
+        }),
+        Err(_) => return E_CONTEXT,
+    };
+    let (begun, mut live, info) = match begun {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    // Thread tunnelling: the pod runs on what is left of the caller's fuel
+    // (at most the pod's per-call cpu), and the caller pays what it used.
+    let budget = caller_fuel.map_or(begun.cap, |f| f.min(begun.cap));
+    let (off, n) = begun.region;
+    let memory = caller_memory(c);
+    // The argument bytes go straight from the caller's memory into the
+    // pod's buffer. Nothing else of the caller reaches the pod.
+    let ran = match (&info, memory) {
+        (Some(i), _) => Some(run_pod(&mut live, &begun, depth, budget, i)),
+        (None, Some(m)) => usize::try_from(in_len)
+            .ok()
+            .filter(|&len| len <= n)
+            .and_then(|len| m.data(&*c).get(off..off.checked_add(len)?))
+            .map(|src| run_pod(&mut live, &begun, depth, budget, src)),
+        (None, None) => None,
+    };
+    let Some(ran) = ran else {
+        // A bad length or region: the pod was not entered.
+        if let Ok(mut h) = hub.try_lock() {
+            h.finish(client, &begun, live, &Ran { result: Ok(0), used: 0 });
+        }
+        return E_INVAL;
+    };
+    // The result, straight from the pod's buffer into the caller's region.
+    let mut status = match (begun.state, ran.result) {
+        (None, Ok(s)) if s >= 0 => 0,
+        (None, Ok(_)) => E_REFUSED,
+        (_, Err(e)) => e,
+        (Some(_), Ok(v)) if v < 0 => E_POD,
+        (Some(_), Ok(v)) => v,
+    };
+    if begun.state.is_some() && status > 0 {
+        let (p, len) = (live.buf.0, status as usize);
+        let src = live.memory.data(&live.store).get(p..p + len);
+        let dst = memory.and_then(|m| m.data_mut(&mut *c).get_mut(off..off + len));
+        match (src, dst) {
+            (Some(s), Some(d)) => d.copy_from_slice(s),
+            _ => status = E_INVAL,
+        }
+    }
+    if let Some(f) = caller_fuel {
+        let _ = c.set_fuel(f.saturating_sub(ran.used));
+    }
+    if let Ok(mut h) = hub.try_lock() {
+        h.finish(client, &begun, live, &ran);
+    }
+    status
+}
+
+/// `pod.bind(name_ptr, name_len, buf_ptr, buf_len) -> binding | E_*`.
+fn bind<T: PodClient>(c: &mut Caller<'_, T>, np: i32, nl: i32, bp: i32, bl: i32) -> i32 {
+    let Some((hub, client, principal, _)) = c.data().pod_client() else { return E_CONTEXT };
+    let (Ok(np), Ok(nl), Ok(bp), Ok(bl)) =
+        (usize::try_from(np), usize::try_from(nl), u32::try_from(bp), u32::try_from(bl))
+    else {
+        return E_INVAL;
+    };
+    if nl > 2 * MAX_NAME + 1 || bl == 0 || bl as usize > MAX_ARG {
+        return E_INVAL;
+    }
+    let Some(m) = caller_memory(c) else { return E_INVAL };
+    let data = m.data(&*c);
+    let Some(name) = np.checked_add(nl).and_then(|e| data.get(np..e)) else { return E_INVAL };
+    let Ok(name) = std::str::from_utf8(name).map(str::to_string) else { return E_INVAL };
+    // The client's region must lie in its memory now (it cannot shrink).
+    if (bp as usize).checked_add(bl as usize).is_none_or(|e| e > data.len()) {
+        return E_INVAL;
+    }
+    match hub.try_lock() {
+        Ok(mut h) => h.bind(client, principal, &name, (bp, bl)),
+        Err(_) => E_CONTEXT,
+    }
+}
+
+/// Defines the `pod` import module for modules. With `yields` (their
+/// stores yield at preemption points), `pod.call` is itself a preemption
+/// point once the caller has spent a slice's fuel since the last one:
+/// charging the caller resets wasmtime's fuel slice, so without this a module
+/// that spends its time in pods would never reach one.
+pub(crate) fn define_for_modules(
+    l: &mut Linker<crate::host::TenantState>,
+    yields: Option<u64>,
+) -> wasmtime::Result<()> {
+    let Some(every) = yields else { return define_pod(l) };
+    l.func_wrap_async(
+        "pod",
+        "bind",
+        |mut c: Caller<'_, crate::host::TenantState>, (np, nl, bp, bl): (i32, i32, i32, i32)| {
+            let r = bind(&mut c, np, nl, bp, bl);
+            Box::new(async move { r })
+        },
+    )?;
+    l.func_wrap_async("pod", "call", move |mut c: Caller<'_, crate::host::TenantState>, (b, len): (i32, i32)| {
+        let before = c.get_fuel().unwrap_or(0);
+        let r = call(&mut c, b, len);
+        let after = c.get_fuel().unwrap_or(0);
+        let d = c.data_mut();
+        // A mark below the fuel left is from an earlier invocation.
+        if d.pod_mark < before {
+            d.pod_mark = before;
+        }
+        let point = d.pod_mark.saturating_sub(after) >= every;
+        if point {
+            d.pod_mark = after;
+        }
+        Box::new(async move {
+            if point {
+                YieldOnce(false).await;
+            }
+            r
+        })
+    })?;
+    l.func_wrap_async("pod", "unbind", |c: Caller<'_, crate::host::TenantState>, (b,): (i32,)| {
+        let r = unbind(&c, b);
+        Box::new(async move { r })
+    })?;
+    Ok(())
+}
+
+/// A future that is pending once: a preemption point inside a host call.
+struct YieldOnce(bool);
+
+impl core::future::Future for YieldOnce {
+    type Output = ();
+    fn poll(mut self: core::pin::Pin<&mut Self>, cx: &mut core::task::Context<'_>) -> core::task::Poll<()> {
+        if self.0 {
+            return core::task::Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        core::task::Poll::Pending
+    }
+}
+
+fn unbind<T: PodClient>(c: &Caller<'_, T>, b: i32) -> i32 {
+    let Some((hub, client, _, _)) = c.data().pod_client() else { return E_CONTEXT };
+    match hub.try_lock() {
+        Ok(mut h) => h.unbind(client, b),
+        Err(_) => E_CONTEXT,
+    }
+}
+
+/// Defines the `pod` import module in `l` (synchronous calls).
+pub(crate) fn define_pod<T: PodClient + Send + 'static>(l: &mut Linker<T>) -> wasmtime::Result<()> {
+    l.func_wrap("pod", "bind", |mut c: Caller<'_, T>, np: i32, nl: i32, bp: i32, bl: i32| -> i32 {
+        bind(&mut c, np, nl, bp, bl)
+    })?;
+    l.func_wrap("pod", "call", |mut c: Caller<'_, T>, b: i32, len: i32| -> i32 { call(&mut c, b, len) })?;
+    l.func_wrap("pod", "unbind", |c: Caller<'_, T>, b: i32| -> i32 { unbind(&c, b) })?;
+    Ok(())
+}

@@ -1,0 +1,96 @@
+//! Loading pods (Expert §3.1) through the module loader: the code is checked
+//! and its credential decided as a module's is, then the pod hub compiles
+//! and instantiates it on its own engine. See `crate::pods` and docs/pods.md.
+
+use super::*;
+use crate::pods::{Client, HubCounters, OnFault, PodError, PodId, PodInfo, PodLoad};
+
+/// What a pod is loaded from.
+#[derive(Debug, Clone)]
+pub struct PodSpec<'a> {
+    /// The wasm binary.
+    pub code: &'a [u8],
+    /// The credential (Biscuit bytes); it must grant the `pod` interface.
+    pub credential: Option<&'a [u8]>,
+    /// The authenticated requester, if any.
+    pub requester: Option<PrincipalId>,
+    /// The pod's name: its offers are `<name>.<entry>`.
+    pub name: &'a str,
+    /// Limits asked for: `cpu` is the most one call may spend, `memory`
+    /// caps the pod's linear memory.
+    pub limits: RequestedLimits,
+    /// Principals that may bind (`None`: any principal whose module's
+    /// credential grants `pod`).
+    pub clients: Option<Vec<PrincipalId>>,
+    /// What to do when the pod traps or is cut off.
+    pub on_fault: OnFault,
+    /// Fuel a caller must have left for a call to enter the pod (Expert
+    /// §3.4: "reject calls from threads with insufficient CPU guarantees");
+    /// 0: none. See `crate::pods::PodLoad::min_fuel`.
+    pub min_fuel: u64,
+}
+
+impl Sandbox {
+    /// Loads a pod: size, signature and import checks and the credential
+    /// decision as for [`Sandbox::load`]; the credential must grant `pod`
+    /// and the pod may import nothing but the `pod` interface.
+    ///
+    /// # Errors
+    /// [`PodError`]; nothing is kept on error.
+    pub fn load_pod(&mut self, now: Now, spec: &PodSpec<'_>) -> Result<PodId, PodError> {
+        let r = self.load_pod_inner(now, spec);
+        match &r {
+            Ok(id) => info!(pod = %id, name = spec.name, "pod loaded"),
+            Err(e) => warn!(reason = %e, name = spec.name, "pod load refused"),
+        }
+        r
+    }
+
+    fn load_pod_inner(&mut self, now: Now, spec: &PodSpec<'_>) -> Result<PodId, PodError> {
+        let ins = self.inspect(spec.code)?;
+        let grant = self.authorize(now, &ins, spec.credential, spec.requester, Some(spec.name), spec.limits)?;
+        if !grant.interfaces.contains(Interface::Pod) {
+            return Err(PodError::NotGranted);
+        }
+        if let Some(i) = ins.imports.iter().find(|i| i.interface != Some(Interface::Pod)) {
+            return Err(PodError::ForbiddenImport(format!("{}.{}", i.module, i.name)));
+        }
+        let load = PodLoad {
+            name: spec.name,
+            principal: grant.principal,
+            code: spec.code,
+            cpu: grant.limits.cpu,
+            memory: usize::try_from(grant.limits.memory).unwrap_or(usize::MAX),
+            clients: spec.clients.clone(),
+            on_fault: spec.on_fault,
+            min_fuel: spec.min_fuel,
+        };
+        self.pods.lock().map_err(|_| PodError::Instantiate("pod hub poisoned".into()))?.load(&load)
+    }
+
+    /// Unloads a pod; later calls on bindings to it get `E_GONE`.
+    pub fn unload_pod(&mut self, id: PodId) -> bool {
+        self.pods.lock().is_ok_and(|mut h| h.unload(id))
+    }
+
+    /// The loaded pods, with their counters.
+    pub fn pods(&self) -> Vec<PodInfo> {
+        self.pods.lock().map(|h| h.list()).unwrap_or_default()
+    }
+
+    /// The pod binder's refusal counters.
+    pub fn pod_counters(&self) -> HubCounters {
+        self.pods.lock().map(|h| h.counters()).unwrap_or_default()
+    }
+
+    /// Bindings module `id` holds.
+    pub fn pod_bindings(&self, id: ModuleId) -> usize {
+        self.pods.lock().map(|h| h.bindings_of(Client::Module(id.0))).unwrap_or(0)
+    }
+
+    pub(super) fn forget_pod_client(&mut self, id: ModuleId) {
+        if let Ok(mut h) = self.pods.lock() {
+            h.forget_client(Client::Module(id.0));
+        }
+    }
+}

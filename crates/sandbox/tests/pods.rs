@@ -1,0 +1,672 @@
+//! Pods (Expert §3, issue 17): two-phase binding, calls charged to the
+//! caller, containment of pods that loop, trap or snoop, nesting and
+//! re-entrancy, and the hostile clients of the issue.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use anode_cred::{Interface, ModuleGrant, ModuleHash, PrincipalId, RequestedLimits, SigningKey};
+use anode_sandbox::pods::{
+    E_BADID, E_BUSY, E_CPU, E_DEPTH, E_GONE, E_REFUSED, E_SHORT, E_TRAP, MAX_BINDINGS, MAX_DEPTH, OnFault, PodError,
+};
+use anode_sandbox::{
+    Action, Invocation, InvokeError, Job, JobKind, LoadError, LoadSpec, ModuleId, PodSpec, Sandbox, Step,
+};
+use common::*;
+
+/// A client module. Entries (input → result):
+/// - `bind`: offer name → binding (its buffer: 1024..3072 of its memory);
+/// - `call`: binding (4 bytes LE) ‖ payload → `pod.call`'s result; the
+///   bytes the pod returned are delivered locally on port 1;
+/// - `unbind`: binding → result;
+/// - `flood`: offer name; binds 1,000 times, returns how many succeeded.
+///
+/// It keeps a secret at 8192 that it never passes to a pod.
+fn client() -> Vec<u8> {
+    wat(r#"(module
+        (import "anode" "register" (func $reg (param i32 i32 i32) (result i32)))
+        (import "anode" "input_read" (func $in (param i32 i32 i32) (result i32)))
+        (import "pod" "bind" (func $bind (param i32 i32 i32 i32) (result i32)))
+        (import "pod" "call" (func $call (param i32 i32) (result i32)))
+        (import "pod" "unbind" (func $unbind (param i32) (result i32)))
+        (import "net" "deliver_local" (func $dl (param i32 i32 i32) (result i32)))
+        (memory (export "memory") 1)
+        (data (i32.const 0) "bindcallunbindflood")
+        (data (i32.const 8192) "CLNTSECRET-of-the-client")
+        (func $bindf (param i32 i32) (result i32)
+          (drop (call $in (i32.const 512) (i32.const 64) (i32.const 0)))
+          (call $bind (i32.const 512) (local.get 1) (i32.const 1024) (i32.const 2048)))
+        (func $callf (param i32 i32) (result i32) (local $r i32)
+          (drop (call $in (i32.const 512) (i32.const 4) (i32.const 0)))
+          (drop (call $in (i32.const 1024) (i32.const 2048) (i32.const 4)))
+          (local.set $r (call $call (i32.load (i32.const 512)) (i32.sub (local.get 1) (i32.const 4))))
+          (if (i32.gt_s (local.get $r) (i32.const 0))
+            (then (drop (call $dl (i32.const 1) (i32.const 1024) (local.get $r)))))
+          (local.get $r))
+        (func $unbindf (param i32 i32) (result i32)
+          (drop (call $in (i32.const 512) (i32.const 4) (i32.const 0)))
+          (call $unbind (i32.load (i32.const 512))))
+        (func $floodf (param i32 i32) (result i32) (local $i i32) (local $ok i32)
+          (drop (call $in (i32.const 512) (i32.const 64) (i32.const 0)))
+          (loop $l
+            (if (i32.gt_s (call $bind (i32.const 512) (local.get 1) (i32.const 1024) (i32.const 16)) (i32.const 0))
+              (then (local.set $ok (i32.add (local.get $ok) (i32.const 1)))))
+            (local.set $i (i32.add (local.get $i) (i32.const 1)))
+            (br_if $l (i32.lt_u (local.get $i) (i32.const 1000))))
+          (local.get $ok))
+        (table (export "__indirect_function_table") 4 funcref)
+        (elem (i32.const 0) $bindf $callf $unbindf $floodf)
+        (func (export "anode_init")
+          (drop (call $reg (i32.const 0) (i32.const 4) (i32.const 0)))
+          (drop (call $reg (i32.const 4) (i32.const 4) (i32.const 1)))
+          (drop (call $reg (i32.const 8) (i32.const 6) (i32.const 2)))
+          (drop (call $reg (i32.const 14) (i32.const 5) (i32.const 3)))))"#)
+}
+
+/// A pod with per-client state. Its buffer is 0..4096. Entries:
+/// - `echo`: returns its input;
+/// - `count`: returns [calls so far (4 LE)][the binding's state (4 LE)];
+/// - `work`: a loop of 10,000 iterations, returns 0;
+/// - `spin`: loops forever; `trap`: traps;
+/// - `scan`: looks through all of its memory, 4-aligned, for the client's
+///   secret marker `CLNT` and returns [hits (4 LE)];
+/// - `reach`: loads from an address beyond its memory (traps).
+///
+/// `pod_bind` accepts every client; the state is the client's number (1, 2, ...).
+fn store_pod() -> Vec<u8> {
+    wat(r#"(module
+        (memory (export "memory") 1)
+        (global $clients (mut i32) (i32.const 0))
+        (global $calls (mut i32) (i32.const 0))
+        (func (export "pod_buffer") (result i32) (i32.const 0))
+        (func (export "pod_buffer_len") (result i32) (i32.const 4096))
+        (func (export "pod_bind") (param i32) (result i32)
+          (global.set $clients (i32.add (global.get $clients) (i32.const 1)))
+          (global.get $clients))
+        (func $tick (global.set $calls (i32.add (global.get $calls) (i32.const 1))))
+        (func (export "offer.echo") (param i32 i32) (result i32) (call $tick) (local.get 1))
+        (func (export "offer.count") (param i32 i32) (result i32)
+          (call $tick)
+          (i32.store (i32.const 0) (global.get $calls))
+          (i32.store (i32.const 4) (local.get 0))
+          (i32.const 8))
+        (func (export "offer.work") (param i32 i32) (result i32) (local $i i32)
+          (call $tick)
+          (loop $l
+            (local.set $i (i32.add (local.get $i) (i32.const 1)))
+            (br_if $l (i32.lt_u (local.get $i) (i32.const 10000))))
+          (i32.const 0))
+        (func (export "offer.spin") (param i32 i32) (result i32) (call $tick) (loop $l (br $l)) (i32.const 0))
+        (func (export "offer.trap") (param i32 i32) (result i32) (call $tick) unreachable)
+        (func (export "offer.scan") (param i32 i32) (result i32) (local $a i32) (local $hits i32)
+          (loop $l
+            (if (i32.eq (i32.load (local.get $a)) (i32.const 0x544e4c43))
+              (then (local.set $hits (i32.add (local.get $hits) (i32.const 1)))))
+            (local.set $a (i32.add (local.get $a) (i32.const 4)))
+            (br_if $l (i32.lt_u (local.get $a) (i32.sub (i32.mul (memory.size) (i32.const 65536)) (i32.const 4)))))
+          (i32.store (i32.const 0) (local.get $hits))
+          (i32.const 4))
+        (func (export "offer.reach") (param i32 i32) (result i32)
+          (i32.load (i32.const 0x7fff0000))))"#)
+}
+
+/// A pod that refuses every client.
+fn picky_pod() -> Vec<u8> {
+    wat(r#"(module
+        (memory (export "memory") 1)
+        (func (export "pod_buffer") (result i32) (i32.const 0))
+        (func (export "pod_buffer_len") (result i32) (i32.const 64))
+        (func (export "pod_bind") (param i32) (result i32) (i32.const -1))
+        (func (export "offer.x") (param i32 i32) (result i32) (i32.const 0)))"#)
+}
+
+/// A pod whose `go` binds once to `target` and calls it with nothing; it
+/// returns the callee's bytes, or the callee's error code as 4 bytes LE.
+fn relay_pod(target: &str) -> Vec<u8> {
+    let n = target.len();
+    wat(&format!(
+        r#"(module
+        (import "pod" "bind" (func $bind (param i32 i32 i32 i32) (result i32)))
+        (import "pod" "call" (func $call (param i32 i32) (result i32)))
+        (memory (export "memory") 1)
+        (data (i32.const 2048) "{target}")
+        (global $b (mut i32) (i32.const 0))
+        (func (export "pod_buffer") (result i32) (i32.const 0))
+        (func (export "pod_buffer_len") (result i32) (i32.const 256))
+        (func (export "pod_bind") (param i32) (result i32) (i32.const 0))
+        (func $fail (param i32) (result i32) (i32.store (i32.const 0) (local.get 0)) (i32.const 4))
+        (func (export "offer.go") (param i32 i32) (result i32) (local $r i32)
+          (if (i32.eqz (global.get $b)) (then
+            (local.set $r (call $bind (i32.const 2048) (i32.const {n}) (i32.const 1024) (i32.const 256)))
+            (if (i32.lt_s (local.get $r) (i32.const 0)) (then (return (call $fail (local.get $r)))))
+            (global.set $b (local.get $r))
+            (local.set $r (call $call (global.get $b) (i32.const 0)))
+            (if (i32.lt_s (local.get $r) (i32.const 0)) (then
+              (global.set $b (i32.const 0))
+              (return (call $fail (local.get $r)))))))
+          (local.set $r (call $call (global.get $b) (i32.const 0)))
+          (if (i32.lt_s (local.get $r) (i32.const 0)) (then (return (call $fail (local.get $r)))))
+          (memory.copy (i32.const 0) (i32.const 1024) (local.get $r))
+          (local.get $r)))"#
+    ))
+}
+
+fn second_key() -> SigningKey {
+    SigningKey::from_bytes(&[7; 32])
+}
+
+fn second() -> PrincipalId {
+    PrincipalId::of(&second_key())
+}
+
+fn load_client(sb: &mut Sandbox, p: PrincipalId, cpu: Option<u64>) -> ModuleId {
+    let code = client();
+    let c = admin(p);
+    let spec = LoadSpec {
+        code: &code,
+        credential: Some(c.to_bytes()),
+        requester: None,
+        local_name: None,
+        limits: RequestedLimits { cpu, ..RequestedLimits::default() },
+    };
+    sb.load(now(0), &spec).unwrap()
+}
+
+fn pod_spec<'a>(code: &'a [u8], cred: &'a [u8], name: &'a str, cpu: Option<u64>) -> PodSpec<'a> {
+    PodSpec {
+        code,
+        credential: Some(cred),
+        requester: None,
+        name,
+        limits: RequestedLimits { cpu, ..RequestedLimits::default() },
+        clients: None,
+        on_fault: OnFault::Reset,
+        min_fuel: 0,
+    }
+}
+
+fn load_pod(sb: &mut Sandbox, code: &[u8], name: &str, cpu: Option<u64>) -> anode_sandbox::pods::PodId {
+    let c = admin(user()).to_bytes().to_vec();
+    sb.load_pod(now(0), &pod_spec(code, &c, name, cpu)).unwrap()
+}
+
+fn bind(sb: &mut Sandbox, m: ModuleId, offer: &str) -> i32 {
+    sb.invoke(now(1), m, "bind", offer.as_bytes(), &mut Vec::new()).unwrap()
+}
+
+/// Calls through `binding`; the result and the bytes the pod returned.
+fn call(sb: &mut Sandbox, m: ModuleId, binding: i32, payload: &[u8]) -> (Result<i32, InvokeError>, Vec<u8>) {
+    let mut input = binding.to_le_bytes().to_vec();
+    input.extend_from_slice(payload);
+    let mut out = Vec::new();
+    let r = sb.invoke(now(2), m, "call", &input, &mut out);
+    let bytes = out
+        .into_iter()
+        .find_map(|a| match a {
+            Action::DeliverLocal { port: 1, payload, .. } => Some(payload),
+            _ => None,
+        })
+        .unwrap_or_default();
+    (r, bytes)
+}
+
+/// Binds to `offer` and completes phase 2.
+fn bind_full(sb: &mut Sandbox, m: ModuleId, offer: &str) -> i32 {
+    let b = bind(sb, m, offer);
+    assert!(b > 0, "bind {offer}: {b}");
+    assert_eq!(call(sb, m, b, b"").0, Ok(0), "bind request of {offer}");
+    b
+}
+
+fn le(b: &[u8], i: usize) -> i32 {
+    i32::from_le_bytes(b[i..i + 4].try_into().unwrap())
+}
+
+#[test]
+fn two_phase_binding_then_calls_with_per_client_state() {
+    let mut sb = sandbox();
+    let pod = load_pod(&mut sb, &store_pod(), "store", None);
+    let a = load_client(&mut sb, user(), None);
+    let b = load_client(&mut sb, second(), None);
+    // Phase 1: a temporary binding; the pod has not run.
+    let ba = bind(&mut sb, a, "store.count");
+    assert!(ba > 0);
+    let info = &sb.pods()[0];
+    assert_eq!((info.id, info.counters.binds, info.counters.calls), (pod, 1, 0));
+    // Phase 2: the first call is the bind request.
+    assert_eq!(call(&mut sb, a, ba, b"").0, Ok(0));
+    assert_eq!(sb.pods()[0].counters.accepted, 1);
+    let bb = bind_full(&mut sb, b, "store.count");
+    // Calls carry the per-client state the pod chose at bind time.
+    let (r, bytes) = call(&mut sb, a, ba, b"");
+    assert_eq!(r, Ok(8));
+    assert_eq!((le(&bytes, 0), le(&bytes, 4)), (1, 1), "first call, first client");
+    let (_, bytes) = call(&mut sb, b, bb, b"");
+    assert_eq!((le(&bytes, 0), le(&bytes, 4)), (2, 2), "second call, second client");
+    // Arguments travel through the negotiated buffer and come back.
+    let be = bind_full(&mut sb, a, "store.echo");
+    let (r, bytes) = call(&mut sb, a, be, b"hello pod");
+    assert_eq!((r, bytes.as_slice()), (Ok(9), &b"hello pod"[..]));
+    // Longer than the negotiated length (the client's 2,048-byte region): refused, pod not entered.
+    assert_eq!(call(&mut sb, a, be, &[7u8; 2996]).0, Ok(-1));
+    let (r, bytes) = call(&mut sb, a, ba, b"");
+    assert_eq!((r, le(&bytes, 0)), (Ok(8), 4), "the refused call never ran in the pod");
+    assert_eq!(sb.pod_bindings(a), 2);
+}
+
+#[test]
+fn forged_foreign_and_stale_bindings_reach_the_error_path() {
+    let mut sb = sandbox();
+    load_pod(&mut sb, &store_pod(), "store", None);
+    let a = load_client(&mut sb, user(), None);
+    let b = load_client(&mut sb, second(), None);
+    let ba = bind_full(&mut sb, a, "store.count");
+    // Another client's identifier means nothing in b's table.
+    assert_eq!(call(&mut sb, b, ba, b"").0, Ok(E_BADID));
+    // Made-up identifiers around and far from the real one.
+    let mut forged = vec![0, -1, i32::MIN, i32::MAX, ba + 1, ba - 1, ba ^ (1 << 16), ba + (1 << 16)];
+    forged.extend((1..300).map(|i| i * 7919));
+    for f in forged.into_iter().filter(|&f| f != ba) {
+        assert_eq!(call(&mut sb, a, f, b"").0, Ok(E_BADID), "forged {f:#x}");
+    }
+    let calls = sb.pods()[0].counters.calls;
+    assert_eq!(calls, 1, "no forged call reached the pod (only the bind request)");
+    // Stale after unbind, and a new binding in the same slot is a new identifier.
+    assert_eq!(sb.invoke(now(3), a, "unbind", &ba.to_le_bytes(), &mut Vec::new()), Ok(0));
+    assert_eq!(call(&mut sb, a, ba, b"").0, Ok(E_BADID));
+    assert_eq!(sb.invoke(now(3), a, "unbind", &ba.to_le_bytes(), &mut Vec::new()), Ok(E_BADID));
+    let ba2 = bind_full(&mut sb, a, "store.count");
+    assert_ne!(ba2, ba);
+    assert_eq!(call(&mut sb, a, ba, b"").0, Ok(E_BADID));
+    assert!(sb.pod_counters().bad_binding >= 300);
+    // Unloading the client forgets its table.
+    assert!(sb.unload(a));
+    assert_eq!(sb.pod_bindings(a), 0);
+}
+
+#[test]
+fn offers_access_lists_and_refusing_pods() {
+    let mut sb = sandbox();
+    let a = load_client(&mut sb, user(), None);
+    // No such pod or entry; malformed names.
+    for name in ["nope.x", "store.nope", "store", ".x", "a.b.c"] {
+        assert_eq!(bind(&mut sb, a, name), -4, "{name}");
+    }
+    // The pod refuses in phase 2: the binding is gone.
+    load_pod(&mut sb, &picky_pod(), "picky", None);
+    let b = bind(&mut sb, a, "picky.x");
+    assert!(b > 0);
+    assert_eq!(call(&mut sb, a, b, b"").0, Ok(E_REFUSED));
+    assert_eq!(call(&mut sb, a, b, b"").0, Ok(E_BADID));
+    assert_eq!(sb.pods()[0].counters.refused, 1);
+    // The access list is checked at phase 1, against the client's principal.
+    let c = admin(user()).to_bytes().to_vec();
+    let code = store_pod();
+    let mut s = pod_spec(&code, &c, "private", None);
+    s.clients = Some(vec![second()]);
+    sb.load_pod(now(0), &s).unwrap();
+    assert_eq!(bind(&mut sb, a, "private.echo"), E_REFUSED);
+    let other = load_client(&mut sb, second(), None);
+    bind_full(&mut sb, other, "private.echo");
+    let private = sb.pods().into_iter().find(|p| p.name == "private").unwrap();
+    assert_eq!((private.counters.denied, private.counters.accepted), (1, 1));
+}
+
+#[test]
+fn a_pod_that_loops_is_cut_off_and_reset_and_the_caller_carries_on() {
+    let mut sb = sandbox();
+    // The pod may spend 100,000 per call; the caller has 10,000,000.
+    load_pod(&mut sb, &store_pod(), "store", Some(100_000));
+    let a = load_client(&mut sb, user(), None);
+    let bc = bind_full(&mut sb, a, "store.count");
+    let (_, bytes) = call(&mut sb, a, bc, b"");
+    assert_eq!(le(&bytes, 0), 1);
+    let bs = bind_full(&mut sb, a, "store.spin");
+    let mut recs = Vec::new();
+    sb.take_invocations(&mut recs);
+    assert_eq!(call(&mut sb, a, bs, b"").0, Ok(E_CPU), "the caller's invocation goes on and sees the error");
+    sb.take_invocations(&mut recs);
+    let last: &Invocation = recs.last().unwrap();
+    assert!(last.ok && last.fuel >= 100_000, "the pod's cut-off time is charged to the caller: {last:?}");
+    let p = &sb.pods()[0];
+    assert_eq!((p.counters.cut_off, p.counters.resets), (1, 1));
+    // Reset: bindings to the old instance are gone, its state is fresh.
+    assert_eq!(call(&mut sb, a, bc, b"").0, Ok(E_GONE));
+    assert_eq!(call(&mut sb, a, bc, b"").0, Ok(E_BADID));
+    let bc = bind_full(&mut sb, a, "store.count");
+    let (_, bytes) = call(&mut sb, a, bc, b"");
+    assert_eq!((le(&bytes, 0), le(&bytes, 4)), (1, 1), "counters start again after the reset");
+}
+
+#[test]
+fn a_pod_spends_at_most_what_its_caller_has_left() {
+    let mut sb = sandbox();
+    // The pod may spend 10,000,000 per call, the caller only 200,000 per invocation.
+    load_pod(&mut sb, &store_pod(), "store", None);
+    let a = load_client(&mut sb, user(), Some(200_000));
+    let bs = bind_full(&mut sb, a, "store.spin");
+    let mut recs = Vec::new();
+    sb.take_invocations(&mut recs);
+    let (r, _) = call(&mut sb, a, bs, b"");
+    // The caller has no fuel left: it either traps at its next fuel check
+    // or returns the error code if it has none before its end (this one).
+    assert!(matches!(r, Ok(E_CPU) | Err(InvokeError::CpuExhausted)), "{r:?}");
+    sb.take_invocations(&mut recs);
+    let last = recs.last().unwrap();
+    assert_eq!(last.fuel, 200_000, "the invocation used its whole budget, no more: {last:?}");
+    let p = &sb.pods()[0];
+    assert!(p.counters.cut_off == 1 && p.counters.fuel < 200_000, "{:?}", p.counters);
+}
+
+#[test]
+fn a_pod_with_a_minimum_refuses_callers_too_short_to_finish() {
+    let mut sb = sandbox();
+    let c = admin(user()).to_bytes().to_vec();
+    let code = store_pod();
+    let mut s = pod_spec(&code, &c, "store", None);
+    s.min_fuel = 1_000_000;
+    sb.load_pod(now(0), &s).unwrap();
+    let rich = load_client(&mut sb, user(), None);
+    let poor = load_client(&mut sb, second(), Some(200_000));
+    let br = bind_full(&mut sb, rich, "store.count");
+    // The poor client cannot even complete its bind: the pod is not entered.
+    let bp = bind(&mut sb, poor, "store.spin");
+    assert_eq!(call(&mut sb, poor, bp, b"").0, Ok(E_SHORT));
+    let p = &sb.pods()[0];
+    assert_eq!((p.counters.short, p.counters.resets, p.counters.cut_off), (1, 0, 0));
+    // So it cannot cut the pod off and reset it under the other client.
+    let (r, bytes) = call(&mut sb, rich, br, b"");
+    assert_eq!((r, le(&bytes, 4)), (Ok(8), 1), "the rich client's binding and state survive");
+}
+
+#[test]
+fn time_in_a_pod_is_charged_to_its_caller() {
+    let mut sb = sandbox();
+    load_pod(&mut sb, &store_pod(), "store", None);
+    let a = load_client(&mut sb, user(), None);
+    let be = bind_full(&mut sb, a, "store.echo");
+    let bw = bind_full(&mut sb, a, "store.work");
+    let mut recs = Vec::new();
+    sb.take_invocations(&mut recs);
+    recs.clear();
+    let f0 = sb.pods()[0].counters.fuel;
+    let _ = call(&mut sb, a, be, b"");
+    let f1 = sb.pods()[0].counters.fuel;
+    let _ = call(&mut sb, a, bw, b"");
+    let f2 = sb.pods()[0].counters.fuel;
+    sb.take_invocations(&mut recs);
+    let (echo, work) = (recs[0].fuel, recs[1].fuel);
+    let (pod_echo, pod_work) = (f1 - f0, f2 - f1);
+    assert!(pod_work > 20_000, "10,000 iterations: {pod_work}");
+    // The caller's invocations differ by exactly what the pod spent.
+    assert_eq!(work - echo, pod_work - pod_echo, "caller {echo}/{work}, pod {pod_echo}/{pod_work}");
+}
+
+#[test]
+fn a_pod_that_traps_is_contained_and_reset() {
+    let mut sb = sandbox();
+    load_pod(&mut sb, &store_pod(), "store", None);
+    let a = load_client(&mut sb, user(), None);
+    let bc = bind_full(&mut sb, a, "store.count");
+    let _ = call(&mut sb, a, bc, b"");
+    let _ = call(&mut sb, a, bc, b"");
+    let bt = bind_full(&mut sb, a, "store.trap");
+    assert_eq!(call(&mut sb, a, bt, b"").0, Ok(E_TRAP));
+    assert_eq!(sb.pods()[0].counters.traps, 1);
+    let bc = bind_full(&mut sb, a, "store.count");
+    let (_, bytes) = call(&mut sb, a, bc, b"");
+    assert_eq!(le(&bytes, 0), 1, "the instance is the initial one again");
+    // A retiring pod is unloaded instead.
+    let c = admin(user()).to_bytes().to_vec();
+    let code = store_pod();
+    let mut s = pod_spec(&code, &c, "brittle", None);
+    s.on_fault = OnFault::Retire;
+    sb.load_pod(now(0), &s).unwrap();
+    let bt = bind_full(&mut sb, a, "brittle.trap");
+    assert_eq!(call(&mut sb, a, bt, b"").0, Ok(E_TRAP));
+    assert!(sb.pods().iter().all(|p| p.name != "brittle"));
+    assert_eq!(call(&mut sb, a, bt, b"").0, Ok(E_GONE));
+}
+
+#[test]
+fn a_pod_cannot_reach_its_callers_memory() {
+    let mut sb = sandbox();
+    load_pod(&mut sb, &store_pod(), "store", None);
+    let a = load_client(&mut sb, user(), None);
+    let scan = bind_full(&mut sb, a, "store.scan");
+    // The client's secret (at 8192 in its memory) is not in the pod's memory.
+    let (r, bytes) = call(&mut sb, a, scan, b"");
+    assert_eq!((r, le(&bytes, 0)), (Ok(4), 0), "the pod's whole memory holds no byte of its caller's secret");
+    // What the client passes, it can find: the scan works.
+    let (_, bytes) = call(&mut sb, a, scan, b"CLNT");
+    assert_eq!(le(&bytes, 0), 1);
+    // An address beyond its own memory is a trap, not the caller's memory.
+    let reach = bind_full(&mut sb, a, "store.reach");
+    assert_eq!(call(&mut sb, a, reach, b"").0, Ok(E_TRAP));
+}
+
+#[test]
+fn nesting_stops_at_the_depth_limit_and_pods_are_not_reentered() {
+    let mut sb = sandbox();
+    load_pod(&mut sb, &store_pod(), "store", None);
+    // r1 -> r2 -> ... -> rN -> store.count: depth N + 1 for the store.
+    let n = MAX_DEPTH as usize;
+    for i in 1..=n {
+        let target = if i == n { "store.count".to_string() } else { format!("r{}.go", i + 1) };
+        load_pod(&mut sb, &relay_pod(&target), &format!("r{i}"), None);
+    }
+    let a = load_client(&mut sb, user(), None);
+    // Entering at r2 puts the store at depth MAX_DEPTH: allowed.
+    let b2 = bind_full(&mut sb, a, "r2.go");
+    let (r, bytes) = call(&mut sb, a, b2, b"");
+    assert_eq!((r, le(&bytes, 0), le(&bytes, 4)), (Ok(8), 1, 1), "the store answered through three relays");
+    // Entering at r1 would put it at MAX_DEPTH + 1: r{n} is refused.
+    let b1 = bind_full(&mut sb, a, "r1.go");
+    let (r, bytes) = call(&mut sb, a, b1, b"");
+    assert_eq!((r, le(&bytes, 0)), (Ok(4), E_DEPTH));
+    assert!(sb.pod_counters().too_deep >= 1);
+    // A pod that calls itself finds itself busy.
+    load_pod(&mut sb, &relay_pod("self.go"), "self", None);
+    let bs = bind_full(&mut sb, a, "self.go");
+    let (_, bytes) = call(&mut sb, a, bs, b"");
+    assert_eq!(le(&bytes, 0), E_BUSY);
+}
+
+#[test]
+fn a_client_binding_100000_times_is_bounded_and_counted() {
+    let mut sb = sandbox();
+    load_pod(&mut sb, &store_pod(), "store", None);
+    let a = load_client(&mut sb, user(), None);
+    let mut ok = 0;
+    for _ in 0..100 {
+        ok += sb.invoke(now(1), a, "flood", b"store.echo", &mut Vec::new()).unwrap();
+    }
+    assert_eq!(ok as usize, MAX_BINDINGS);
+    assert_eq!(sb.pod_bindings(a), MAX_BINDINGS);
+    assert_eq!(sb.pod_counters().table_full, 100_000 - MAX_BINDINGS as u64);
+    assert_eq!(sb.pods()[0].counters.binds, MAX_BINDINGS as u64);
+    // Other clients are not affected.
+    let b = load_client(&mut sb, second(), None);
+    bind_full(&mut sb, b, "store.echo");
+}
+
+#[test]
+fn a_pod_unloaded_while_bound_fails_cleanly() {
+    let mut sb = sandbox();
+    let pod = load_pod(&mut sb, &store_pod(), "store", None);
+    let a = load_client(&mut sb, user(), None);
+    let bc = bind_full(&mut sb, a, "store.count");
+    let temp = bind(&mut sb, a, "store.echo");
+    assert!(sb.unload_pod(pod));
+    assert!(!sb.unload_pod(pod));
+    assert_eq!(call(&mut sb, a, bc, b"").0, Ok(E_GONE));
+    assert_eq!(call(&mut sb, a, temp, b"").0, Ok(E_GONE));
+    assert_eq!(call(&mut sb, a, bc, b"").0, Ok(E_BADID));
+    assert_eq!(bind(&mut sb, a, "store.count"), -4);
+    // A new pod of the same name is a new pod: old identifiers stay dead.
+    load_pod(&mut sb, &store_pod(), "store", None);
+    assert_eq!(call(&mut sb, a, bc, b"").0, Ok(E_BADID));
+    bind_full(&mut sb, a, "store.count");
+}
+
+#[test]
+fn a_slow_caller_cannot_hold_a_pod_across_its_preemption() {
+    let mut sb = sandbox();
+    load_pod(&mut sb, &store_pod(), "store", None);
+    // The slow client calls `work` (about 40,000 fuel) in a loop of its own.
+    let slow = wat(r#"(module
+        (import "anode" "register" (func $reg (param i32 i32 i32) (result i32)))
+        (import "pod" "bind" (func $bind (param i32 i32 i32 i32) (result i32)))
+        (import "pod" "call" (func $call (param i32 i32) (result i32)))
+        (memory (export "memory") 1)
+        (data (i32.const 0) "runstore.work")
+        (func $run (param i32 i32) (result i32) (local $b i32) (local $i i32)
+          (local.set $b (call $bind (i32.const 3) (i32.const 10) (i32.const 1024) (i32.const 64)))
+          (drop (call $call (local.get $b) (i32.const 0)))
+          (loop $l
+            (drop (call $call (local.get $b) (i32.const 0)))
+            (local.set $i (i32.add (local.get $i) (i32.const 1)))
+            (br_if $l (i32.lt_u (local.get $i) (i32.const 20))))
+          (local.get $i))
+        (table (export "__indirect_function_table") 1 funcref)
+        (elem (i32.const 0) $run)
+        (func (export "anode_init") (drop (call $reg (i32.const 0) (i32.const 3) (i32.const 0)))))"#);
+    let c = admin(second()).to_bytes().to_vec();
+    let spec =
+        LoadSpec { code: &slow, credential: Some(&c), requester: None, local_name: None, limits: Default::default() };
+    let s = sb.load(now(0), &spec).unwrap();
+    let fast = load_client(&mut sb, user(), None);
+    let bf = bind_full(&mut sb, fast, "store.count");
+    let job = Job { module: s, kind: JobKind::Entry { entry: "run".into(), arg: 0 }, input: Vec::new(), source: 0 };
+    let mut task = sb.start(now(1), job).unwrap().unwrap();
+    let mut out = Vec::new();
+    let mut interleaved = 0;
+    let mut seen = Vec::new();
+    let r = loop {
+        // The slow path is stopped at its first preemption point each slice.
+        match sb.resume(task, &mut || false, &mut out) {
+            Step::Done(r) => break r,
+            Step::Yielded(t) => task = t,
+        }
+        // The pod is never held by the suspended slow path: the fast one gets in.
+        let (r, bytes) = call(&mut sb, fast, bf, b"");
+        assert_eq!(r, Ok(8), "the fast path was not stalled");
+        seen.push(le(&bytes, 0));
+        interleaved += 1;
+    };
+    assert_eq!(r, Ok(20));
+    // The pod's own call count, as the fast path saw it: the slow path's
+    // calls fell between the fast path's.
+    assert!(seen.windows(2).all(|w| w[1] > w[0]), "{seen:?}");
+    assert!(seen.windows(2).any(|w| w[1] > w[0] + 1), "{seen:?}");
+    assert!(interleaved >= 2, "the slow path was preempted between its pod calls ({interleaved})");
+    assert_eq!(sb.pods()[0].counters.busy, 0);
+}
+
+#[test]
+fn pods_are_loaded_only_with_the_pod_right_and_the_pod_interface() {
+    let mut sb = sandbox();
+    let code = store_pod();
+    // A credential without `pod`.
+    let c = ordinary(user(), vec![ModuleGrant::Hash(ModuleHash::of(&code))], &[Interface::Log]).to_bytes().to_vec();
+    assert_eq!(sb.load_pod(now(0), &pod_spec(&code, &c, "store", None)).unwrap_err(), PodError::NotGranted);
+    // A pod importing another interface.
+    let logger = wat(r#"(module (import "log" "write" (func (param i32 i32) (result i32)))
+        (memory (export "memory") 1)
+        (func (export "pod_buffer") (result i32) (i32.const 0))
+        (func (export "pod_buffer_len") (result i32) (i32.const 64))
+        (func (export "pod_bind") (param i32) (result i32) (i32.const 0))
+        (func (export "offer.x") (param i32 i32) (result i32) (i32.const 0)))"#);
+    let admin_c = admin(user()).to_bytes().to_vec();
+    assert!(matches!(
+        sb.load_pod(now(0), &pod_spec(&logger, &admin_c, "logger", None)),
+        Err(PodError::ForbiddenImport(i)) if i == "log.write"
+    ));
+    // Malformed pods.
+    type Case = (&'static str, fn(&PodError) -> bool);
+    let cases: [Case; 5] = [
+        (r#"(module (memory (export "memory") 1))"#, |e| matches!(e, PodError::NoOffers)),
+        (
+            r#"(module (memory (export "memory") 1) (func (export "offer.x") (param i32 i32) (result i32) (i32.const 0)))"#,
+            |e| matches!(e, PodError::Export(_)),
+        ),
+        (
+            r#"(module (memory (export "memory") 1)
+              (func (export "pod_buffer") (result i32) (i32.const 65500))
+              (func (export "pod_buffer_len") (result i32) (i32.const 64))
+              (func (export "pod_bind") (param i32) (result i32) (i32.const 0))
+              (func (export "offer.x") (param i32 i32) (result i32) (i32.const 0)))"#,
+            |e| matches!(e, PodError::Buffer { .. }),
+        ),
+        (
+            r#"(module (memory (export "memory") 1)
+              (func (export "pod_buffer") (result i32) (i32.const 0))
+              (func (export "pod_buffer_len") (result i32) (i32.const 8))
+              (func (export "pod_bind") (param i32) (result i32) (i32.const 0))
+              (func (export "offer.x") (param i32 i32) (result i32) (i32.const 0)))"#,
+            |e| matches!(e, PodError::Buffer { .. }),
+        ),
+        (
+            r#"(module (memory (export "memory") 1) (func $s (loop (br 0))) (start $s)
+              (func (export "offer.x") (param i32 i32) (result i32) (i32.const 0)))"#,
+            |e| matches!(e, PodError::Instantiate(_)),
+        ),
+    ];
+    for (i, (src, ok)) in cases.iter().enumerate() {
+        let code = wat(src);
+        let name = format!("bad{i}");
+        let e = sb.load_pod(now(0), &pod_spec(&code, &admin_c, &name, Some(100_000))).unwrap_err();
+        assert!(ok(&e), "case {i}: {e:?}");
+    }
+    assert!(matches!(sb.load_pod(now(0), &pod_spec(&code, &admin_c, "bad.name", None)), Err(PodError::BadName(_))));
+    load_pod(&mut sb, &code, "store", None);
+    assert!(matches!(sb.load_pod(now(0), &pod_spec(&code, &admin_c, "store", None)), Err(PodError::NameTaken(_))));
+    // A client whose credential lacks `pod` cannot even import it.
+    let cl = client();
+    let c = ordinary(user(), vec![ModuleGrant::Hash(ModuleHash::of(&cl))], &[Interface::Net]).to_bytes().to_vec();
+    let spec =
+        LoadSpec { code: &cl, credential: Some(&c), requester: None, local_name: None, limits: Default::default() };
+    assert!(matches!(sb.load(now(0), &spec), Err(LoadError::ForbiddenImport { right: Some(Interface::Pod), .. })));
+    assert!(sb.pods().len() == 1);
+}
+
+/// The `pod_load` fuzz target over its seeds (the pods above; `ANODE_BLESS=1`
+/// rewrites `fuzz/seeds/pod_load/`) and deterministic mutations of them.
+#[test]
+fn pod_load_fuzz_seeds_and_mutations() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/pod_load");
+    let fresh = [store_pod(), picky_pod(), relay_pod("store.echo")];
+    if std::env::var_os("ANODE_BLESS").is_some() {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (i, s) in fresh.iter().enumerate() {
+            std::fs::write(dir.join(format!("seed-{i}.wasm")), s).unwrap();
+        }
+    }
+    let seeds: Vec<Vec<u8>> = std::fs::read_dir(&dir)
+        .expect("fuzz/seeds/pod_load exists (ANODE_BLESS=1 writes it)")
+        .map(|e| std::fs::read(e.unwrap().path()).unwrap())
+        .collect();
+    assert_eq!(seeds.len(), fresh.len());
+    let mut sb = anode_sandbox::fuzzing::sandbox();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for s in &seeds {
+        assert!(anode_sandbox::fuzzing::pod_load(&mut sb, s), "a seed loads");
+        for _ in 0..150 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let mut m = s.clone();
+            match x % 3 {
+                0 => {
+                    let i = (x >> 8) as usize % m.len();
+                    m[i] ^= (x >> 32) as u8 | 1;
+                }
+                1 => m.truncate((x >> 8) as usize % (m.len() + 1)),
+                _ => m.extend_from_slice(&x.to_le_bytes()),
+            }
+            let _ = anode_sandbox::fuzzing::pod_load(&mut sb, &m);
+        }
+    }
+    assert!(sb.pods().is_empty());
+}
