@@ -164,6 +164,16 @@ pub(crate) struct TenantState {
     pub pods: Option<Arc<Mutex<crate::pods::PodHub>>>,
     /// Fuel left at the last pod call that was a preemption point.
     pub pod_mark: u64,
+    /// Preemption points passed by this store's invocations, counted by
+    /// [`Sandbox::resume`](crate::Sandbox::resume) (shared: the store is
+    /// inside its task's future while it runs).
+    pub yield_count: Arc<std::sync::atomic::AtomicU64>,
+    /// Host-call fuel charged but not yet taken off the store's fuel:
+    /// taking it off (`set_fuel`) restarts wasmtime's yield interval, so
+    /// it is done at most once per preemption point (see `new_space`).
+    pub fuel_owed: u64,
+    /// `yield_count` when the owed fuel was last taken off.
+    pub fuel_paid_at: u64,
 }
 
 impl TenantState {
@@ -186,6 +196,9 @@ impl TenantState {
             logs: HashMap::new(),
             pods: None,
             pod_mark: 0,
+            yield_count: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            fuel_owed: 0,
+            fuel_paid_at: 0,
         }
     }
 

@@ -197,3 +197,67 @@ fn a_failed_init_leaves_no_handles_behind() {
     assert_eq!(jobs.len(), 1, "the new module's alarm was armed");
     assert!(sb.module(id).is_some());
 }
+
+/// A loop of 10,000 cheap host calls (`anode.input_read` of nothing).
+fn host_call_loop() -> Vec<u8> {
+    wat(r#"(module
+        (import "anode" "register" (func $reg (param i32 i32 i32) (result i32)))
+        (import "anode" "input_read" (func $in (param i32 i32 i32) (result i32)))
+        (memory (export "memory") 1)
+        (data (i32.const 0) "run")
+        (func $run (param i32 i32) (result i32) (local $i i32)
+          (loop $l
+            (drop (call $in (i32.const 0) (i32.const 0) (i32.const 0)))
+            (local.set $i (i32.add (local.get $i) (i32.const 1)))
+            (br_if $l (i32.lt_u (local.get $i) (i32.const 10000))))
+          (local.get $i))
+        (table (export "__indirect_function_table") 1 funcref)
+        (elem (i32.const 0) $run)
+        (func (export "anode_init") (drop (call $reg (i32.const 0) (i32.const 3) (i32.const 0)))))"#)
+}
+
+/// Charging a host call's fuel must not restart wasmtime's yield interval
+/// each time: a module that calls the host more often than once per
+/// interval would then never reach a preemption point and could hold the
+/// CPU past its slice (found by the pods work: 10,000 calls, 0 points).
+#[test]
+fn a_module_calling_the_host_in_a_loop_still_reaches_preemption_points_and_pays_for_its_calls() {
+    let mut sb = sandbox();
+    let code = host_call_loop();
+    let c = admin(user());
+    let mut s = spec(&code, Some(c.to_bytes()));
+    s.limits.cpu = Some(10_000_000);
+    let id = sb.load(now(0), &s).unwrap();
+    let mut out = Vec::new();
+    let task = sb.start(now(1), job(id, "run", b"")).unwrap().unwrap();
+    // Asked to stop at the first point: it must stop before its end.
+    let mut task = match sb.resume(task, &mut || false, &mut out) {
+        Step::Yielded(t) => t,
+        Step::Done(r) => panic!("ran to its end ({r:?}) without a preemption point"),
+    };
+    let mut points = 1;
+    let r = loop {
+        match sb.resume(task, &mut || false, &mut out) {
+            Step::Done(r) => break r,
+            Step::Yielded(t) => {
+                points += 1;
+                task = t;
+            }
+        }
+        assert!(points < 10_000, "never finished");
+    };
+    assert_eq!(r, Ok(10_000));
+    assert!(points >= 2, "{points} preemption points");
+    // Every call's fuel is charged, the owed part included.
+    let mut inv = Vec::new();
+    sb.take_invocations(&mut inv);
+    let fuel = inv.last().unwrap().fuel;
+    let host = 10_000 * anode_sandbox::DEFAULT_HOST_CALL_FUEL;
+    assert!(fuel >= host && fuel < host + 1_000_000, "charged {fuel} fuel for {host} of host calls");
+    // A grant too small for the calls ends the invocation, preempted or not.
+    let mut s = spec(&code, Some(c.to_bytes()));
+    s.limits.cpu = Some(2_000_000);
+    let mut sb = sandbox();
+    let small = sb.load(now(2), &s).unwrap();
+    assert_eq!(sb.invoke(now(3), small, "run", b"", &mut out), Err(InvokeError::CpuExhausted));
+}

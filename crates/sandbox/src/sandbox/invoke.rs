@@ -69,6 +69,8 @@ pub(super) fn begin_call(
     capsule: Option<CapsuleCtx>,
 ) {
     let d = store.data_mut();
+    d.fuel_owed = 0;
+    d.fuel_paid_at = d.yield_count.load(std::sync::atomic::Ordering::Relaxed);
     d.call.module = id.0;
     d.call.now_ms = now.ms;
     d.call.source = source;

@@ -91,6 +91,8 @@ pub struct Task {
     space: u64,
     fuel: u64,
     yields: u64,
+    /// The store's preemption-point counter (`TenantState::yield_count`).
+    yield_count: std::sync::Arc<std::sync::atomic::AtomicU64>,
     running: Running,
 }
 
@@ -189,6 +191,7 @@ impl Sandbox {
                 Poll::Ready((store, r)) => return Step::Done(self.finish(task, store, r, out)),
                 Poll::Pending => {
                     task.yields += 1;
+                    task.yield_count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     self.counters.yields += 1;
                     if !keep_going() {
                         self.counters.preempted += 1;
@@ -249,6 +252,7 @@ impl Sandbox {
             begin_call(&mut store, id, now, source, input, capsule);
             arm(&mut store, cpu, fuel);
             let len = input.len() as i32;
+            let yield_count = store.data().yield_count.clone();
             let running: Running = if space.yields {
                 Box::pin(async move {
                     let r = f.call_async(&mut store, (arg, len)).await;
@@ -260,7 +264,7 @@ impl Sandbox {
                     (store, r)
                 })
             };
-            Ok(Task { module: id, principal, kind, space: space.id, fuel, yields: 0, running })
+            Ok(Task { module: id, principal, kind, space: space.id, fuel, yields: 0, yield_count, running })
         })();
         if let Err(e) = &r {
             *self.counters.invoke_failed.entry(e.label()).or_default() += 1;
@@ -279,7 +283,11 @@ impl Sandbox {
     ) -> Result<i32, InvokeError> {
         let id = task.module;
         let used = match self.cfg.cpu {
-            CpuBound::Fuel => task.fuel.saturating_sub(store.get_fuel().unwrap_or(0)),
+            CpuBound::Fuel => {
+                // Host-call fuel still owed is used too (never more than the grant).
+                let owed = std::mem::take(&mut store.data_mut().fuel_owed);
+                task.fuel.saturating_sub(store.get_fuel().unwrap_or(0)).saturating_add(owed).min(task.fuel)
+            }
             CpuBound::Epoch { .. } => 0,
         };
         if self.invocations.len() < MAX_INVOCATION_RECORDS {
