@@ -464,6 +464,60 @@ pub struct DomainConfig {
     /// taken to be inside.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<String>,
+    /// What a border takes away from every credential it attaches, on top
+    /// of what the user's ticket grants (`[domain.border_policy]`; only a
+    /// border uses it). Interior nodes enforce the narrowed credential.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub border_policy: Option<BorderPolicy>,
+}
+
+/// `[domain.border_policy]`: the border's attenuation of admitted
+/// credentials (SANE §4.7: "policy specified at the edge, enforced in the
+/// interior"). Each key present narrows; none widens.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BorderPolicy {
+    /// Only these host interfaces (`log`, `route`, `net`, `time`, `state`,
+    /// `marshal`); absent: as the ticket grants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interfaces: Option<Vec<String>>,
+    /// At most this much module memory, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_memory: Option<u64>,
+    /// At most this much fuel per invocation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cpu: Option<u64>,
+    /// At most this much soft state, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_state: Option<u64>,
+}
+
+impl BorderPolicy {
+    /// The attenuation a border appends to admitted credentials.
+    ///
+    /// # Errors
+    /// [`ConfigError::Domain`] for an unknown interface name.
+    pub fn attenuation(&self) -> Result<anode_cred::Attenuation, ConfigError> {
+        let interfaces = match &self.interfaces {
+            None => None,
+            Some(names) => {
+                let mut set = anode_cred::InterfaceSet::EMPTY;
+                for n in names {
+                    let i = anode_cred::Interface::from_name(n)
+                        .ok_or(ConfigError::Domain("border_policy interfaces: unknown interface"))?;
+                    set.insert(i);
+                }
+                Some(set)
+            }
+        };
+        Ok(anode_cred::Attenuation {
+            interfaces,
+            max_memory: self.max_memory,
+            max_cpu: self.max_cpu,
+            max_state: self.max_state,
+            ..anode_cred::Attenuation::default()
+        })
+    }
 }
 
 impl DomainConfig {
@@ -479,6 +533,7 @@ impl DomainConfig {
             tickets_per_user_per_sec: 1,
             border: false,
             members: Vec::new(),
+            border_policy: None,
         }
     }
 }
@@ -980,6 +1035,12 @@ impl NodeConfig {
             for m in &d.members {
                 parse_key(KeyField::DomainMember, m)?;
             }
+            if let Some(p) = &d.border_policy {
+                if !d.border {
+                    return Err(ConfigError::Domain("border_policy is for a border node (border = true)"));
+                }
+                p.attenuation()?;
+            }
         }
         Ok(())
     }
@@ -1347,6 +1408,22 @@ link = [{ a = "a", b = "b" }, { a = "b", b = "c" }, { a = "c", b = "d" }, { a = 
         assert!(matches!(cfg(true, &format!("{ok}epoch = 0\n")), Err(ConfigError::Domain(_))));
         assert!(matches!(cfg(true, &format!("{ok}max_ticket_secs = 0\n")), Err(ConfigError::Domain(_))));
         assert!(matches!(cfg(true, &format!("{ok}max_ticket_secs = 86401\n")), Err(ConfigError::Domain(_))));
+        let pol = format!(
+            "{ok}border = true\n[domain.border_policy]\ninterfaces = [\"log\", \"time\"]\nmax_memory = 65536\n"
+        );
+        let p = cfg(true, &pol).expect("border policy").domain.and_then(|d| d.border_policy).expect("policy");
+        let a = p.attenuation().expect("attenuation");
+        assert_eq!(
+            a.interfaces,
+            Some(anode_cred::InterfaceSet::of(&[anode_cred::Interface::Log, anode_cred::Interface::Time]))
+        );
+        assert_eq!((a.max_memory, a.max_cpu), (Some(65536), None));
+        let interior = format!("{ok}[domain.border_policy]\nmax_cpu = 5\n");
+        assert!(matches!(cfg(true, &interior), Err(ConfigError::Domain(m)) if m.contains("border")));
+        let bad = pol.replace("\"time\"", "\"teleport\"");
+        assert!(matches!(cfg(true, &bad), Err(ConfigError::Domain(m)) if m.contains("interface")));
+        let unknown = format!("{ok}border = true\n[domain.border_policy]\nmax_bandwidth = 5\n");
+        assert!(cfg(true, &unknown).is_err());
         assert!(matches!(cfg(true, &format!("{ok}color = 1\n")), Err(ConfigError::Syntax(_))));
         assert!(matches!(cfg(true, "operator = \"x\"\n"), Err(ConfigError::Syntax(_))), "secret is required");
     }

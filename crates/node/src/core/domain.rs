@@ -48,7 +48,8 @@ pub(crate) struct DomainState {
     outsiders: HashSet<[u8; 32]>,
     /// Wall-clock ms at `now_ms` = 0 (tickets carry Unix times).
     unix0: u64,
-    /// The border's attenuation of admitted credentials (none today).
+    /// The border's attenuation of admitted credentials
+    /// (`[domain.border_policy]`).
     policy: anode_cred::Attenuation,
 }
 
@@ -79,7 +80,9 @@ impl Node {
     ///
     /// # Errors
     /// [`DomainError::Credential`] if the operator key is unusable, or
-    /// [`DomainError::KeyDerivation`] without security.
+    /// [`DomainError::KeyDerivation`] without security. An invalid
+    /// `[domain.border_policy]` (refused by `NodeConfig::validate`) is
+    /// taken as no policy.
     pub fn enable_domain(&mut self, cfg: &NodeConfig, key: DomainKey, unix_ms_at_zero: u64) -> Result<(), DomainError> {
         let me = self.sec.as_ref().map(|g| g.links.public()).ok_or(DomainError::KeyDerivation)?;
         let d = cfg.domain.as_ref();
@@ -106,9 +109,21 @@ impl Node {
             border: d.is_some_and(|d| d.border),
             outsiders,
             unix0: unix_ms_at_zero,
-            policy: anode_cred::Attenuation::default(),
+            policy: d.and_then(|d| d.border_policy.as_ref()).and_then(|p| p.attenuation().ok()).unwrap_or_default(),
         }));
         Ok(())
+    }
+
+    /// The domain operator's key (None without a domain).
+    pub(super) fn domain_operator(&self) -> Option<anode_sec::PublicKey> {
+        self.domain.as_ref().map(|d| d.node.operator())
+    }
+
+    /// Replaces what the domain node revokes (no-op without a domain).
+    pub(super) fn domain_set_revocation(&mut self, r: anode_sec::Revocation) {
+        if let Some(d) = self.domain.as_mut() {
+            d.node.set_revocation(r);
+        }
     }
 
     /// The domain node's counters for `status` (None without a domain).
