@@ -722,6 +722,17 @@ impl DomainNode {
         &self.revocation
     }
 
+    /// Counts the outcome of an authorization the node made itself with an
+    /// accepted packet's credential (a module load checked by the sandbox
+    /// against the module's real imports): `Ok` as allowed, an error as a
+    /// refusal by its label.
+    pub fn record_authorization(&mut self, r: Result<(), DomainError>) {
+        if r.is_ok() {
+            self.counters.allowed += 1;
+        }
+        let _ = self.count(r);
+    }
+
     /// The domain operator's key (the only principal whose revocation
     /// updates a node applies).
     pub fn operator(&self) -> PublicKey {
