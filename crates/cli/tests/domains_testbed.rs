@@ -409,6 +409,12 @@ fn the_operator_revokes_at_running_nodes_and_the_border_policy_narrows_what_inte
     let mut cfg = std::fs::read_to_string(&a1_cfg).expect("a1 config");
     cfg.push_str("\n[domain.border_policy]\ninterfaces = [\"log\", \"state\", \"time\"]\n");
     std::fs::write(&a1_cfg, cfg).expect("a1 config");
+    // a2 starts with one ticket id revoked in its config (what survives a
+    // restart).
+    let a2_cfg = bed.node_dir("a2").join("node.toml");
+    let mut cfg = std::fs::read_to_string(&a2_cfg).expect("a2 config");
+    cfg.push_str("\n[domain.revoked]\ntickets = [\"0x1\"]\n");
+    std::fs::write(&a2_cfg, cfg).expect("a2 config");
     let _nodes = start_nodes(&bed, &["a1", "a2", "a3"]);
     let a = |n| Ipv4Addr::new(10, 0, 0, n);
     bed.credential("A", "a.cred");
@@ -446,20 +452,20 @@ fn the_operator_revokes_at_running_nodes_and_the_border_policy_narrows_what_inte
     }
     let r = &bed.status("a2")["domain"]["revocation"];
     assert_eq!((count(&r["refused"]["not_operator"]), count(&r["applied"])), (2, 0), "{r}");
-    assert_eq!((count(&r["tickets"]), count(&r["min_epoch"])), (0, 0), "nothing applied: {r}");
+    assert_eq!((count(&r["tickets"]), count(&r["min_epoch"])), (1, 0), "only the config's: {r}");
     assert!(bed.log("a2").contains("refused: not_operator"), "{}", bed.log("a2"));
     bed.accepted("t1.ticket", "a2", a(2), &to_a2);
     // The operator revokes t1 at a2: refused at once, t2 still accepted.
     let (ok, o) = bed.revoke("a2", &op_a, &["--ticket", &t1]);
-    assert!(ok && o.contains("1 tickets and 0 users revoked"), "{o}");
+    assert!(ok && o.contains("2 tickets and 0 users revoked"), "{o}");
     bed.refused_again("t1.ticket", "a2", a(2), &to_a2, "revoked");
     bed.accepted("t2.ticket", "a2", a(2), &to_a2);
     // The operator revokes the user: its other ticket is refused too.
     let (ok, o) = bed.revoke("a2", &op_a, &["--user", &bed.user_pub.display().to_string()]);
-    assert!(ok && o.contains("1 tickets and 1 users revoked"), "{o}");
+    assert!(ok && o.contains("2 tickets and 1 users revoked"), "{o}");
     bed.refused_again("t2.ticket", "a2", a(2), &to_a2, "revoked");
     let r = &bed.status("a2")["domain"]["revocation"];
-    assert_eq!((count(&r["applied"]), count(&r["tickets"]), count(&r["users"])), (2, 1, 1), "{r}");
+    assert_eq!((count(&r["applied"]), count(&r["tickets"]), count(&r["users"])), (2, 2, 1), "{r}");
     assert!(bed.log("a2").contains("revocation applied"), "{}", bed.log("a2"));
     // Raising the epoch floor at a3 refuses the tickets of epoch 1.
     bed.accepted("t2.ticket", "a3", a(3), &to_a3);

@@ -182,6 +182,8 @@ pub enum KeyField {
     DomainOperator,
     /// `[domain] members`.
     DomainMember,
+    /// `[domain.revoked] users`.
+    DomainRevokedUser,
 }
 
 impl core::fmt::Display for KeyField {
@@ -194,6 +196,7 @@ impl core::fmt::Display for KeyField {
             KeyField::MonitorAdminKey => f.write_str("[monitor] admin_key"),
             KeyField::DomainOperator => f.write_str("[domain] operator"),
             KeyField::DomainMember => f.write_str("[domain] members"),
+            KeyField::DomainRevokedUser => f.write_str("[domain.revoked] users"),
         }
     }
 }
@@ -469,6 +472,54 @@ pub struct DomainConfig {
     /// border uses it). Interior nodes enforce the narrowed credential.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub border_policy: Option<BorderPolicy>,
+    /// What the node revokes from its start (`[domain.revoked]`), before
+    /// any revocation update arrives over the operator's SA. Updates live
+    /// in memory; what must survive a restart goes here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked: Option<RevokedConfig>,
+}
+
+/// `[domain.revoked]`: revocations in force from the node's start.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RevokedConfig {
+    /// Tickets and attachments of key epochs below this are refused.
+    #[serde(default)]
+    pub min_epoch: u32,
+    /// Revoked ticket ids, as `0x` hex strings (ids are 64-bit; TOML
+    /// integers are signed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tickets: Vec<String>,
+    /// Revoked users' public keys (hex).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<String>,
+}
+
+impl RevokedConfig {
+    /// The revocation it describes.
+    ///
+    /// # Errors
+    /// [`ConfigError::Domain`] for a ticket id that is not `0x` hex, a
+    /// list over `anode_sec::domain::MAX_REVOKED`; [`ConfigError::BadKey`]
+    /// for a user key.
+    pub fn revocation(&self) -> Result<anode_sec::Revocation, ConfigError> {
+        let max = anode_sec::domain::MAX_REVOKED;
+        if self.tickets.len() > max || self.users.len() > max {
+            return Err(ConfigError::Domain("revoked: too many tickets or users"));
+        }
+        let mut r = anode_sec::Revocation { min_epoch: self.min_epoch, ..Default::default() };
+        for t in &self.tickets {
+            let id = t
+                .strip_prefix("0x")
+                .and_then(|h| u64::from_str_radix(h, 16).ok())
+                .ok_or(ConfigError::Domain("revoked: ticket ids are 0x hex strings"))?;
+            r.tickets.insert(id);
+        }
+        for u in &self.users {
+            r.users.insert(*parse_key(KeyField::DomainRevokedUser, u)?.as_bytes());
+        }
+        Ok(r)
+    }
 }
 
 /// `[domain.border_policy]`: the border's attenuation of admitted
@@ -534,6 +585,7 @@ impl DomainConfig {
             border: false,
             members: Vec::new(),
             border_policy: None,
+            revoked: None,
         }
     }
 }
@@ -1041,6 +1093,9 @@ impl NodeConfig {
                 }
                 p.attenuation()?;
             }
+            if let Some(r) = &d.revoked {
+                r.revocation()?;
+            }
         }
         Ok(())
     }
@@ -1424,6 +1479,16 @@ link = [{ a = "a", b = "b" }, { a = "b", b = "c" }, { a = "c", b = "d" }, { a = 
         assert!(matches!(cfg(true, &bad), Err(ConfigError::Domain(m)) if m.contains("interface")));
         let unknown = format!("{ok}border = true\n[domain.border_policy]\nmax_bandwidth = 5\n");
         assert!(cfg(true, &unknown).is_err());
+        let rev =
+            format!("{ok}[domain.revoked]\nmin_epoch = 2\ntickets = [\"0xffffffffffffffff\"]\nusers = [\"{peer}\"]\n");
+        let r = cfg(true, &rev).expect("revoked").domain.and_then(|d| d.revoked).expect("revoked");
+        let r = r.revocation().expect("revocation");
+        assert_eq!((r.min_epoch, r.tickets.first().copied(), r.users.len()), (2, Some(u64::MAX), 1));
+        assert!(matches!(cfg(true, &rev.replace("0xffff", "ffff")), Err(ConfigError::Domain(m)) if m.contains("hex")));
+        assert!(matches!(
+            cfg(true, &rev.replace(&peer, "zz")),
+            Err(ConfigError::BadKey { what: KeyField::DomainRevokedUser, .. })
+        ));
         assert!(matches!(cfg(true, &format!("{ok}color = 1\n")), Err(ConfigError::Syntax(_))));
         assert!(matches!(cfg(true, "operator = \"x\"\n"), Err(ConfigError::Syntax(_))), "secret is required");
     }

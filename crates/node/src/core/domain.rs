@@ -82,8 +82,10 @@ impl Node {
     /// # Errors
     /// [`DomainError::Credential`] if the operator key is unusable, or
     /// [`DomainError::KeyDerivation`] without security. An invalid
-    /// `[domain.border_policy]` (refused by `NodeConfig::validate`) is
-    /// taken as no policy.
+    /// `[domain.border_policy]` or `[domain.revoked]` (both refused by
+    /// `NodeConfig::validate`) is taken as absent. `[domain.revoked]` is
+    /// applied to the domain node and to the service (before or after
+    /// [`Node::enable_kdc`]).
     pub fn enable_domain(&mut self, cfg: &NodeConfig, key: DomainKey, unix_ms_at_zero: u64) -> Result<(), DomainError> {
         let me = self.sec.as_ref().map(|g| g.links.public()).ok_or(DomainError::KeyDerivation)?;
         let d = cfg.domain.as_ref();
@@ -105,6 +107,7 @@ impl Node {
                 .collect()
         };
         let node = DomainNode::new(key, epoch, me, u32::from(cfg.address))?;
+        let revoked = d.and_then(|d| d.revoked.as_ref()).and_then(|r| r.revocation().ok());
         self.domain = Some(Box::new(DomainState {
             node,
             border: d.is_some_and(|d| d.border),
@@ -112,6 +115,9 @@ impl Node {
             unix0: unix_ms_at_zero,
             policy: d.and_then(|d| d.border_policy.as_ref()).and_then(|p| p.attenuation().ok()).unwrap_or_default(),
         }));
+        if let Some(r) = revoked {
+            self.set_revocation(r);
+        }
         Ok(())
     }
 

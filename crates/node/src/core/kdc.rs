@@ -50,7 +50,11 @@ impl Node {
 
     /// Serves the domain's key distribution service; `unix_ms_at_zero` is
     /// the wall-clock time at `now_ms` = 0 (tickets carry Unix times).
-    pub fn enable_kdc(&mut self, kdc: Kdc, unix_ms_at_zero: u64) {
+    /// What the node already revokes applies to it.
+    pub fn enable_kdc(&mut self, mut kdc: Kdc, unix_ms_at_zero: u64) {
+        if self.kdc.revocation != Revocation::default() {
+            kdc.set_revocation(self.kdc.revocation.clone());
+        }
         self.kdc.kdc = Some((Box::new(kdc), unix_ms_at_zero));
     }
 
