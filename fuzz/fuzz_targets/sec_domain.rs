@@ -1,3 +1,3 @@
 #![no_main]
-//! Arbitrary bytes as administrative-domain messages: tickets, ticket packets, perimeter attachments, ticket requests.
+//! Arbitrary bytes as administrative-domain messages: tickets, ticket packets, perimeter attachments, ticket requests, revocation updates.
 libfuzzer_sys::fuzz_target!(|data: &[u8]| anode_sec::fuzzing::domain_message(data));

@@ -2,11 +2,14 @@
 //! make a domain secret, ask a node of the domain for a ticket over an SA
 //! (its key distribution service, `CONTROL` body 0x22), and send
 //! ticket-authenticated packets (ANEP `DOMAIN`, 0xA008) to the domain's
-//! nodes with no handshake.
+//! nodes with no handshake; and, as the domain's operator, revoke tickets,
+//! users or old key epochs at a node over the operator's own SA (`CONTROL`
+//! body 0x23).
 
 use crate::sa_client::{self, Target};
 use anode_node::core::KDC_OP;
-use anode_sec::ticket::KdcMessage;
+use anode_node::core::Node;
+use anode_sec::ticket::{KdcMessage, RevokeMessage, RevokeUpdate};
 use anode_sec::{DomainKey, TicketHolder};
 use anyhow::{Context, Result, anyhow, bail};
 use std::io::Write as _;
@@ -34,6 +37,39 @@ pub enum DomainCmd {
     /// node itself, or, through a border node, a member behind it. One way:
     /// the node does not answer; see its `anode status` (`domain`).
     Send(SendArgs),
+    /// As the domain's operator (--key is the operator's key), revoke
+    /// tickets, users, or every ticket of key epochs below --min-epoch at
+    /// one node, over an SA: the node applies it at once (tickets it holds
+    /// that are now revoked are dropped) or refuses it whole. Send it to
+    /// every node of the domain. In memory only: a restarted node forgets it.
+    Revoke(RevokeArgs),
+}
+
+/// Arguments of `anode domain revoke`.
+#[derive(Debug, clap::Args)]
+pub struct RevokeArgs {
+    #[command(flatten)]
+    target: Target,
+    /// A ticket id to revoke (decimal or 0x hex; `anode domain ticket`
+    /// prints it). Repeatable.
+    #[arg(long = "ticket", value_parser = parse_ticket_id)]
+    tickets: Vec<u64>,
+    /// A user to revoke (hex public key, or a .pub/.key file). Repeatable.
+    #[arg(long = "user")]
+    users: Vec<String>,
+    /// Raise the key epoch floor: tickets and attachments of older epochs
+    /// are refused, and the node moves to this epoch (its service issues
+    /// under it).
+    #[arg(long, default_value_t = 0)]
+    min_epoch: u32,
+}
+
+fn parse_ticket_id(s: &str) -> Result<u64, String> {
+    match s.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => s.parse(),
+    }
+    .map_err(|e| format!("{s:?}: {e}"))
 }
 
 /// Arguments of `anode domain send`.
@@ -89,6 +125,7 @@ pub fn run(c: DomainCmd) -> Result<ExitCode> {
         }
         DomainCmd::Ticket(a) => ticket(&a),
         DomainCmd::Send(a) => send(&a),
+        DomainCmd::Revoke(a) => revoke(&a),
     }
 }
 
@@ -112,7 +149,8 @@ fn ticket(a: &TicketArgs) -> Result<ExitCode> {
             let h = TicketHolder::from_reply(reply).map_err(|e| anyhow!("{e}"))?;
             write_private(&a.out, reply)?;
             println!(
-                "ticket of {} bytes, expires at {expires} (Unix s); written to {}",
+                "ticket {:#x} of {} bytes, expires at {expires} (Unix s); written to {}",
+                h.id(),
                 h.ticket().len(),
                 a.out.display()
             );
@@ -123,6 +161,43 @@ fn ticket(a: &TicketArgs) -> Result<ExitCode> {
             Ok(ExitCode::from(1))
         }
         KdcMessage::Request { .. } => bail!("the node answered with a request"),
+    }
+}
+
+fn revoke(a: &RevokeArgs) -> Result<ExitCode> {
+    let mut users = Vec::new();
+    for u in &a.users {
+        let k = if Path::new(u).exists() {
+            crate::keys_cmd::public_of(Path::new(u))?
+        } else {
+            anode_sec::PublicKey::parse(u).with_context(|| format!("--user {u}"))?
+        };
+        users.push(*k.as_bytes());
+    }
+    if a.tickets.is_empty() && users.is_empty() && a.min_epoch == 0 {
+        bail!("nothing to revoke: give --ticket ID, --user KEY or --min-epoch N");
+    }
+    let update = RevokeUpdate { min_epoch: a.min_epoch, tickets: a.tickets.clone(), users };
+    let msg = RevokeMessage::Update(update)
+        .to_vec()
+        .map_err(|e| anyhow!("{e}: at most {} tickets and users per update", anode_sec::ticket::MAX_REVOKE_ITEMS))?;
+    let answer = sa_client::request(&a.target, &[&[Node::REVOKE_OP][..], &msg].concat(), "revocation")?;
+    let Some((&Node::REVOKE_OP, reply)) = answer.split_first() else {
+        bail!("the node's answer is not a revocation answer")
+    };
+    match RevokeMessage::parse(reply).map_err(|e| anyhow!("malformed answer: {e}"))? {
+        RevokeMessage::Ack { min_epoch, tickets, users } => {
+            println!(
+                "revocation applied at {}: epoch floor {min_epoch}, {tickets} tickets and {users} users revoked",
+                a.target.node
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        RevokeMessage::Refusal(code) => {
+            eprintln!("revocation refused: {} (nothing applied)", code.label());
+            Ok(ExitCode::from(1))
+        }
+        RevokeMessage::Update(_) => bail!("the node answered with an update"),
     }
 }
 

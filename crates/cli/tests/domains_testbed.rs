@@ -294,3 +294,184 @@ fn two_domains_tickets_reach_every_interior_node_and_hostile_packets_are_refused
     assert_eq!(count(&st["modules"]["loads"]), 0, "nothing loaded at a2: {}", st["modules"]);
     assert_eq!(xx("a2"), 0, "a2 never ran a handshake with the user");
 }
+
+/// Nodes this test started itself; dropping it stops them.
+struct Started(Vec<std::process::Child>);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Starts the testbed nodes `names` from their (edited) configs, as
+/// `anode testbed up` does, and waits until each answers.
+fn start_nodes(bed: &Bed, names: &[&str]) -> Started {
+    let mut started = Started(Vec::new());
+    for n in names {
+        let nd = bed.node_dir(n);
+        let log = std::fs::File::create(nd.join("node.log")).expect("log");
+        let child = Command::new(ANODE)
+            .arg("node")
+            .arg("--config")
+            .arg(nd.join("node.toml"))
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start node");
+        // `anode testbed down` (the scratch directory's drop) finds it too.
+        std::fs::write(nd.join("pid"), child.id().to_string()).expect("pid");
+        started.0.push(child);
+    }
+    for n in names {
+        let ok = eventually(30.0, || {
+            Command::new(ANODE)
+                .args(["status", "--json", "--run-dir"])
+                .arg(bed.node_dir(n))
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
+        assert!(ok, "{n} not ready:\n{}", bed.log(n));
+    }
+    started
+}
+
+impl Bed {
+    /// `anode domain revoke` at node `n` as the holder of `key`, with
+    /// `what`: (exit status, output).
+    fn revoke(&self, n: &str, key: &Path, what: &[&str]) -> (bool, String) {
+        let (node, node_key) = (self.listen(n).to_string(), self.key(&format!("{n}.pub")).display().to_string());
+        let key = key.display().to_string();
+        anode(&[&["domain", "revoke", "--node", &node, "--node-key", &node_key, "--key", &key][..], what].concat())
+    }
+    /// The id of the ticket in file `f`.
+    fn ticket_id(&self, f: &str) -> u64 {
+        TicketHolder::from_reply(&std::fs::read(self.dir.join(f)).expect("ticket")).expect("ticket").id()
+    }
+    /// Node `n`'s count of domain refusals labelled `label`.
+    fn refusals(&self, n: &str, label: &str) -> u64 {
+        count(&self.status(n)["domain"]["node"]["refused"][label])
+    }
+    /// Sends `snap` with `ticket` straight to `n` (overlay address `to`)
+    /// and waits until `n` has accepted one more packet by ticket.
+    fn accepted(&self, ticket: &str, n: &str, to: Ipv4Addr, snap: &str) {
+        let before = count(&self.status(n)["domain"]["node"]["by_ticket"]);
+        self.send(ticket, n, to, &["--snap", snap]);
+        let ok = eventually(15.0, || count(&self.status(n)["domain"]["node"]["by_ticket"]) > before);
+        assert!(ok, "{n} accepts {ticket}: {}", self.status(n)["domain"]);
+    }
+    /// Sends `snap` with `ticket` to `n` and waits until `n` has refused it
+    /// once more with `label` (typed error, drop reason, log line).
+    fn refused_again(&self, ticket: &str, n: &str, to: Ipv4Addr, snap: &str, label: &str) {
+        let before = self.refusals(n, label);
+        self.send(ticket, n, to, &["--snap", snap]);
+        let ok = eventually(15.0, || self.refusals(n, label) > before);
+        assert!(ok, "{n} refuses {ticket} as {label}: {}", self.status(n)["domain"]);
+        refused(self, n, label);
+    }
+}
+
+#[test]
+fn the_operator_revokes_at_running_nodes_and_the_border_policy_narrows_what_interior_nodes_allow() {
+    let s = Scratch::new("domains", "revoke");
+    let (user_key, user_pub) = user_keys(&s.0, "u");
+    let bed = Bed { tb: s.tb(), user_key, user_pub, dir: s.0.clone() };
+    let topo = topologies();
+    let up = |users: &[&Path]| {
+        let mut args = vec![
+            "testbed".to_string(),
+            "up".into(),
+            topo.join("domains.toml").display().to_string(),
+            "--configs-only".into(),
+            "--domains".into(),
+            topo.join("domains-map.toml").display().to_string(),
+            "--dir".into(),
+            bed.tb.display().to_string(),
+        ];
+        for u in users {
+            args.extend(["--user".to_string(), u.display().to_string()]);
+        }
+        let o = Command::new(ANODE).args(&args).output().expect("testbed up");
+        assert!(o.status.success(), "{}", text(&o));
+    };
+    // The first run makes the operator keys; the second lets the operator
+    // of domain A (and a stranger) hold SAs with the nodes, as users.
+    up(&[&bed.user_pub]);
+    let (stranger_key, stranger_pub) = user_keys(&s.0, "stranger");
+    let op_a = bed.key("operator-A.key");
+    up(&[&bed.user_pub, &bed.key("operator-A.pub"), &stranger_pub]);
+    // a1's border policy takes `net` away from every credential it attaches.
+    let a1_cfg = bed.node_dir("a1").join("node.toml");
+    let mut cfg = std::fs::read_to_string(&a1_cfg).expect("a1 config");
+    cfg.push_str("\n[domain.border_policy]\ninterfaces = [\"log\", \"state\", \"time\"]\n");
+    std::fs::write(&a1_cfg, cfg).expect("a1 config");
+    // a2 starts with one ticket id revoked in its config (what survives a
+    // restart).
+    let a2_cfg = bed.node_dir("a2").join("node.toml");
+    let mut cfg = std::fs::read_to_string(&a2_cfg).expect("a2 config");
+    cfg.push_str("\n[domain.revoked]\ntickets = [\"0x1\"]\n");
+    std::fs::write(&a2_cfg, cfg).expect("a2 config");
+    let _nodes = start_nodes(&bed, &["a1", "a2", "a3"]);
+    let a = |n| Ipv4Addr::new(10, 0, 0, n);
+    bed.credential("A", "a.cred");
+    bed.ticket("a1", "a.cred", "t1.ticket");
+    bed.ticket("a1", "a.cred", "t2.ticket");
+    let (to_a2, to_a3) = (snap_for(&bed, a(2)), snap_for(&bed, a(3)));
+
+    // ---- The border policy: the ticket's credential allows channel.wasm
+    // (net, log, state, time). Sent straight to a3 it loads; through the
+    // border a1, whose policy removed `net`, a3 refuses it.
+    let channel = modules_dir().join("channel.wasm").display().to_string();
+    bed.send("t1.ticket", "a3", a(3), &["--load", &channel, "--name", "direct"]);
+    assert!(
+        eventually(15.0, || count(&bed.status("a3")["modules"]["loads"]) >= 1),
+        "a3 loads by ticket: {}",
+        bed.status("a3")
+    );
+    bed.send("t1.ticket", "a1", a(3), &["--load", &channel, "--name", "via-border"]);
+    // Refused by the sandbox against the module's real imports: typed
+    // (InterfaceNotGranted, the `credential` label), counted, logged.
+    refused(&bed, "a3", "credential");
+    assert!(count(&bed.status("a3")["domain"]["node"]["by_attachment"]) >= 1);
+    assert_eq!(count(&bed.status("a3")["modules"]["loads"]), 1, "only the direct load: {}", bed.status("a3"));
+    assert!(count(&bed.status("a1")["domain"]["node"]["attached"]) >= 1);
+
+    // ---- Revocation. Both tickets work at a2.
+    bed.accepted("t1.ticket", "a2", a(2), &to_a2);
+    bed.accepted("t2.ticket", "a2", a(2), &to_a2);
+    let t1 = format!("{:#x}", bed.ticket_id("t1.ticket"));
+    // A revocation from anyone but the operator: refused whole, counted,
+    // logged; the ticket still works.
+    for who in [&stranger_key, &bed.user_key] {
+        let (ok, o) = bed.revoke("a2", who, &["--ticket", &t1, "--min-epoch", "9"]);
+        assert!(!ok && o.contains("refused: not_operator"), "{o}");
+    }
+    let r = &bed.status("a2")["domain"]["revocation"];
+    assert_eq!((count(&r["refused"]["not_operator"]), count(&r["applied"])), (2, 0), "{r}");
+    assert_eq!((count(&r["tickets"]), count(&r["min_epoch"])), (1, 0), "only the config's: {r}");
+    assert!(bed.log("a2").contains("refused: not_operator"), "{}", bed.log("a2"));
+    bed.accepted("t1.ticket", "a2", a(2), &to_a2);
+    // The operator revokes t1 at a2: refused at once, t2 still accepted.
+    let (ok, o) = bed.revoke("a2", &op_a, &["--ticket", &t1]);
+    assert!(ok && o.contains("2 tickets and 0 users revoked"), "{o}");
+    bed.refused_again("t1.ticket", "a2", a(2), &to_a2, "revoked");
+    bed.accepted("t2.ticket", "a2", a(2), &to_a2);
+    // The operator revokes the user: its other ticket is refused too.
+    let (ok, o) = bed.revoke("a2", &op_a, &["--user", &bed.user_pub.display().to_string()]);
+    assert!(ok && o.contains("2 tickets and 1 users revoked"), "{o}");
+    bed.refused_again("t2.ticket", "a2", a(2), &to_a2, "revoked");
+    let r = &bed.status("a2")["domain"]["revocation"];
+    assert_eq!((count(&r["applied"]), count(&r["tickets"]), count(&r["users"])), (2, 2, 1), "{r}");
+    assert!(bed.log("a2").contains("revocation applied"), "{}", bed.log("a2"));
+    // Raising the epoch floor at a3 refuses the tickets of epoch 1.
+    bed.accepted("t2.ticket", "a3", a(3), &to_a3);
+    let (ok, o) = bed.revoke("a3", &op_a, &["--min-epoch", "2"]);
+    assert!(ok && o.contains("epoch floor 2"), "{o}");
+    bed.refused_again("t2.ticket", "a3", a(3), &to_a3, "epoch");
+    // a2 never saw the floor: revocations reach only the nodes sent them.
+    assert_eq!(count(&bed.status("a2")["domain"]["revocation"]["min_epoch"]), 0);
+}

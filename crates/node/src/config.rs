@@ -188,6 +188,8 @@ pub enum KeyField {
     DomainOperator,
     /// `[domain] members`.
     DomainMember,
+    /// `[domain.revoked] users`.
+    DomainRevokedUser,
 }
 
 impl core::fmt::Display for KeyField {
@@ -200,6 +202,7 @@ impl core::fmt::Display for KeyField {
             KeyField::MonitorAdminKey => f.write_str("[monitor] admin_key"),
             KeyField::DomainOperator => f.write_str("[domain] operator"),
             KeyField::DomainMember => f.write_str("[domain] members"),
+            KeyField::DomainRevokedUser => f.write_str("[domain.revoked] users"),
         }
     }
 }
@@ -474,6 +477,108 @@ pub struct DomainConfig {
     /// taken to be inside.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<String>,
+    /// What a border takes away from every credential it attaches, on top
+    /// of what the user's ticket grants (`[domain.border_policy]`; only a
+    /// border uses it). Interior nodes enforce the narrowed credential.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub border_policy: Option<BorderPolicy>,
+    /// What the node revokes from its start (`[domain.revoked]`), before
+    /// any revocation update arrives over the operator's SA. Updates live
+    /// in memory; what must survive a restart goes here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked: Option<RevokedConfig>,
+}
+
+/// `[domain.revoked]`: revocations in force from the node's start.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RevokedConfig {
+    /// Tickets and attachments of key epochs below this are refused.
+    #[serde(default)]
+    pub min_epoch: u32,
+    /// Revoked ticket ids, as `0x` hex strings (ids are 64-bit; TOML
+    /// integers are signed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tickets: Vec<String>,
+    /// Revoked users' public keys (hex).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<String>,
+}
+
+impl RevokedConfig {
+    /// The revocation it describes.
+    ///
+    /// # Errors
+    /// [`ConfigError::Domain`] for a ticket id that is not `0x` hex, a
+    /// list over `anode_sec::domain::MAX_REVOKED`; [`ConfigError::BadKey`]
+    /// for a user key.
+    pub fn revocation(&self) -> Result<anode_sec::Revocation, ConfigError> {
+        let max = anode_sec::domain::MAX_REVOKED;
+        if self.tickets.len() > max || self.users.len() > max {
+            return Err(ConfigError::Domain("revoked: too many tickets or users"));
+        }
+        let mut r = anode_sec::Revocation { min_epoch: self.min_epoch, ..Default::default() };
+        for t in &self.tickets {
+            let id = t
+                .strip_prefix("0x")
+                .and_then(|h| u64::from_str_radix(h, 16).ok())
+                .ok_or(ConfigError::Domain("revoked: ticket ids are 0x hex strings"))?;
+            r.tickets.insert(id);
+        }
+        for u in &self.users {
+            r.users.insert(*parse_key(KeyField::DomainRevokedUser, u)?.as_bytes());
+        }
+        Ok(r)
+    }
+}
+
+/// `[domain.border_policy]`: the border's attenuation of admitted
+/// credentials (SANE §4.7: "policy specified at the edge, enforced in the
+/// interior"). Each key present narrows; none widens.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BorderPolicy {
+    /// Only these host interfaces (`log`, `route`, `net`, `time`, `state`,
+    /// `marshal`); absent: as the ticket grants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interfaces: Option<Vec<String>>,
+    /// At most this much module memory, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_memory: Option<u64>,
+    /// At most this much fuel per invocation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cpu: Option<u64>,
+    /// At most this much soft state, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_state: Option<u64>,
+}
+
+impl BorderPolicy {
+    /// The attenuation a border appends to admitted credentials.
+    ///
+    /// # Errors
+    /// [`ConfigError::Domain`] for an unknown interface name.
+    pub fn attenuation(&self) -> Result<anode_cred::Attenuation, ConfigError> {
+        let interfaces = match &self.interfaces {
+            None => None,
+            Some(names) => {
+                let mut set = anode_cred::InterfaceSet::EMPTY;
+                for n in names {
+                    let i = anode_cred::Interface::from_name(n)
+                        .ok_or(ConfigError::Domain("border_policy interfaces: unknown interface"))?;
+                    set.insert(i);
+                }
+                Some(set)
+            }
+        };
+        Ok(anode_cred::Attenuation {
+            interfaces,
+            max_memory: self.max_memory,
+            max_cpu: self.max_cpu,
+            max_state: self.max_state,
+            ..anode_cred::Attenuation::default()
+        })
+    }
 }
 
 impl DomainConfig {
@@ -489,6 +594,8 @@ impl DomainConfig {
             tickets_per_user_per_sec: 1,
             border: false,
             members: Vec::new(),
+            border_policy: None,
+            revoked: None,
         }
     }
 }
@@ -1058,6 +1165,15 @@ impl NodeConfig {
             for m in &d.members {
                 parse_key(KeyField::DomainMember, m)?;
             }
+            if let Some(p) = &d.border_policy {
+                if !d.border {
+                    return Err(ConfigError::Domain("border_policy is for a border node (border = true)"));
+                }
+                p.attenuation()?;
+            }
+            if let Some(r) = &d.revoked {
+                r.revocation()?;
+            }
         }
         Ok(())
     }
@@ -1449,6 +1565,32 @@ link = [{ a = "a", b = "b" }, { a = "b", b = "c" }, { a = "c", b = "d" }, { a = 
         assert!(matches!(cfg(true, &format!("{ok}epoch = 0\n")), Err(ConfigError::Domain(_))));
         assert!(matches!(cfg(true, &format!("{ok}max_ticket_secs = 0\n")), Err(ConfigError::Domain(_))));
         assert!(matches!(cfg(true, &format!("{ok}max_ticket_secs = 86401\n")), Err(ConfigError::Domain(_))));
+        let pol = format!(
+            "{ok}border = true\n[domain.border_policy]\ninterfaces = [\"log\", \"time\"]\nmax_memory = 65536\n"
+        );
+        let p = cfg(true, &pol).expect("border policy").domain.and_then(|d| d.border_policy).expect("policy");
+        let a = p.attenuation().expect("attenuation");
+        assert_eq!(
+            a.interfaces,
+            Some(anode_cred::InterfaceSet::of(&[anode_cred::Interface::Log, anode_cred::Interface::Time]))
+        );
+        assert_eq!((a.max_memory, a.max_cpu), (Some(65536), None));
+        let interior = format!("{ok}[domain.border_policy]\nmax_cpu = 5\n");
+        assert!(matches!(cfg(true, &interior), Err(ConfigError::Domain(m)) if m.contains("border")));
+        let bad = pol.replace("\"time\"", "\"teleport\"");
+        assert!(matches!(cfg(true, &bad), Err(ConfigError::Domain(m)) if m.contains("interface")));
+        let unknown = format!("{ok}border = true\n[domain.border_policy]\nmax_bandwidth = 5\n");
+        assert!(cfg(true, &unknown).is_err());
+        let rev =
+            format!("{ok}[domain.revoked]\nmin_epoch = 2\ntickets = [\"0xffffffffffffffff\"]\nusers = [\"{peer}\"]\n");
+        let r = cfg(true, &rev).expect("revoked").domain.and_then(|d| d.revoked).expect("revoked");
+        let r = r.revocation().expect("revocation");
+        assert_eq!((r.min_epoch, r.tickets.first().copied(), r.users.len()), (2, Some(u64::MAX), 1));
+        assert!(matches!(cfg(true, &rev.replace("0xffff", "ffff")), Err(ConfigError::Domain(m)) if m.contains("hex")));
+        assert!(matches!(
+            cfg(true, &rev.replace(&peer, "zz")),
+            Err(ConfigError::BadKey { what: KeyField::DomainRevokedUser, .. })
+        ));
         assert!(matches!(cfg(true, &format!("{ok}color = 1\n")), Err(ConfigError::Syntax(_))));
         assert!(matches!(cfg(true, "operator = \"x\"\n"), Err(ConfigError::Syntax(_))), "secret is required");
     }

@@ -107,6 +107,11 @@ const DOMAIN: &str = "address = \"10.0.0.1\"\n[[interface]]\nname = \"x\"\nliste
     operator = \"edfab70325ff07ab2bde8a6e3fa5d2c8c53ad3d0ba4cc0bfe6f1cb9e8e1b1a5c\"\n\
     secret = \"d.secret\"\nepoch = 2\nkdc = true\nmax_ticket_secs = 120\n";
 
+/// A border of a domain with a border policy and revocations in its config.
+const DOMAIN_BORDER: &str = "border = true\n[domain.border_policy]\ninterfaces = [\"log\", \"time\"]\n\
+    max_memory = 65536\n[domain.revoked]\nmin_epoch = 2\ntickets = [\"0x2a\"]\n\
+    users = [\"edfab70325ff07ab2bde8a6e3fa5d2c8c53ad3d0ba4cc0bfe6f1cb9e8e1b1a5c\"]\n";
+
 const MODULES_SESSIONS: &str = include_str!("../../../fuzz/seeds/node_config/modules_sessions");
 /// A `[monitor]` section (the FLAME tap) for the configuration seeds.
 const MONITOR: &str = "[monitor]\nenabled = true\nadmin_key = \"3981782f1d32f1d6fbd807c7b02acb1cc8f09743e1b49d15d0b7a984d65474c0\"\n\
@@ -121,6 +126,7 @@ fn config_seeds() -> Vec<(&'static str, Vec<u8>)> {
         ("modules_sessions", MODULES_SESSIONS.as_bytes().to_vec()),
         ("node_monitor", format!("{NODE}\n{MONITOR}").into_bytes()),
         ("domain", DOMAIN.as_bytes().to_vec()),
+        ("domain_border", format!("{DOMAIN}{DOMAIN_BORDER}").into_bytes()),
     ]
 }
 

@@ -116,6 +116,9 @@ pub enum DomainError {
     /// HKDF refused to derive a key (cannot happen with these lengths).
     #[error("key derivation failed")]
     KeyDerivation,
+    /// A revocation update would take a list past [`MAX_REVOKED`].
+    #[error("revocation lists full")]
+    RevocationFull,
 }
 
 impl DomainError {
@@ -138,6 +141,7 @@ impl DomainError {
             DomainError::Credential(_) => "credential",
             DomainError::Lifetime => "lifetime",
             DomainError::Random => "random",
+            DomainError::RevocationFull => "revocation_full",
             DomainError::KeyDerivation => "key_derivation",
         }
     }
@@ -241,6 +245,24 @@ pub struct Revocation {
     pub users: BTreeSet<[u8; 32]>,
 }
 
+impl Revocation {
+    /// This revocation with `u` added: the floor raised (never lowered),
+    /// the ids and users added. Checked whole before anything changes.
+    ///
+    /// # Errors
+    /// [`DomainError::RevocationFull`] if a list would pass [`MAX_REVOKED`].
+    pub fn merged(&self, u: &crate::ticket::RevokeUpdate) -> Result<Revocation, DomainError> {
+        let mut r = self.clone();
+        r.min_epoch = r.min_epoch.max(u.min_epoch);
+        r.tickets.extend(u.tickets.iter().copied());
+        r.users.extend(u.users.iter().copied());
+        if r.tickets.len() > MAX_REVOKED || r.users.len() > MAX_REVOKED {
+            return Err(DomainError::RevocationFull);
+        }
+        Ok(r)
+    }
+}
+
 /// A token bucket (rates per second, checked with a monotonic clock in ms).
 #[derive(Debug, Clone, Copy)]
 struct Bucket {
@@ -330,6 +352,7 @@ pub struct Kdc {
     users: HashMap<[u8; 32], Bucket>,
     global: Bucket,
     counters: KdcCounters,
+    revocation: Revocation,
 }
 
 impl Kdc {
@@ -338,12 +361,33 @@ impl Kdc {
     pub fn new(key: DomainKey, cfg: KdcConfig, now_ms: u64) -> Result<Kdc, DomainError> {
         let root = anode_cred::root_key_from_ed25519(key.operator.as_bytes()).map_err(DomainError::Credential)?;
         let global = Bucket::full(cfg.global_burst, now_ms);
-        Ok(Kdc { key, cfg, root, users: HashMap::new(), global, counters: KdcCounters::default() })
+        Ok(Kdc {
+            key,
+            cfg,
+            root,
+            users: HashMap::new(),
+            global,
+            counters: KdcCounters::default(),
+            revocation: Revocation::default(),
+        })
     }
 
     /// Counters.
     pub fn counters(&self) -> &KdcCounters {
         &self.counters
+    }
+
+    /// The domain operator's key.
+    pub fn operator(&self) -> PublicKey {
+        self.key.operator()
+    }
+
+    /// Replaces what the service revokes: a revoked user gets no ticket
+    /// ([`DomainError::Revoked`]), and a floor above the current epoch
+    /// moves the service to it (tickets are issued under the floor).
+    pub fn set_revocation(&mut self, r: Revocation) {
+        self.cfg.epoch = self.cfg.epoch.max(r.min_epoch);
+        self.revocation = r;
     }
 
     /// Issues a ticket to `user` (the principal of the SA the request came
@@ -396,6 +440,9 @@ impl Kdc {
         }
         if lifetime_s == 0 {
             return Err(DomainError::Lifetime);
+        }
+        if self.revocation.users.contains(user.as_bytes()) {
+            return Err(DomainError::Revoked);
         }
         if credential.len() > MAX_CREDENTIAL {
             return Err(DomainError::Credential(CredError::TooLarge(credential.len())));
@@ -584,6 +631,7 @@ pub struct Accepted {
 
 struct OpenTicket {
     user: PublicKey,
+    epoch: u32,
     expires: u64,
     not_before: u64,
     key: LessSafeKey,
@@ -653,7 +701,9 @@ impl DomainNode {
     }
 
     /// Replaces the revocation lists (bounded by [`MAX_REVOKED`] each). Open
-    /// tickets that are now revoked are forgotten.
+    /// tickets that are now revoked (by id, by user, or sealed under an
+    /// epoch below the floor) are forgotten at once; a floor above the
+    /// current epoch moves the node to it.
     pub fn set_revocation(&mut self, mut r: Revocation) {
         while r.tickets.len() > MAX_REVOKED {
             r.tickets.pop_first();
@@ -661,8 +711,32 @@ impl DomainNode {
         while r.users.len() > MAX_REVOKED {
             r.users.pop_first();
         }
-        self.tickets.retain(|id, t| !r.tickets.contains(id) && !r.users.contains(t.user.as_bytes()));
+        self.tickets
+            .retain(|id, t| !r.tickets.contains(id) && !r.users.contains(t.user.as_bytes()) && t.epoch >= r.min_epoch);
+        self.epoch = self.epoch.max(r.min_epoch);
         self.revocation = r;
+    }
+
+    /// What this node revokes now.
+    pub fn revocation(&self) -> &Revocation {
+        &self.revocation
+    }
+
+    /// Counts the outcome of an authorization the node made itself with an
+    /// accepted packet's credential (a module load checked by the sandbox
+    /// against the module's real imports): `Ok` as allowed, an error as a
+    /// refusal by its label.
+    pub fn record_authorization(&mut self, r: Result<(), DomainError>) {
+        if r.is_ok() {
+            self.counters.allowed += 1;
+        }
+        let _ = self.count(r);
+    }
+
+    /// The domain operator's key (the only principal whose revocation
+    /// updates a node applies).
+    pub fn operator(&self) -> PublicKey {
+        self.key.operator()
     }
 
     /// Moves to a new key epoch (after the operator rotated keys).
@@ -722,6 +796,7 @@ impl DomainNode {
             t.id,
             OpenTicket {
                 user,
+                epoch: t.epoch,
                 expires: body.expires,
                 not_before: body.not_before,
                 key: k,

@@ -105,7 +105,8 @@ pub fn seeds() -> Vec<Vec<u8>> {
 /// Bytes as every administrative-domain message: ticket, ticket body,
 /// ticket-authenticated packet (opened by a domain node), perimeter
 /// attachment (checked by an interior node), and ticket request or reply
-/// (answered by a key distribution service). Must never panic.
+/// (answered by a key distribution service), and revocation update, ack or
+/// refusal (parsed and re-encoded). Must never panic.
 pub fn domain_message(data: &[u8]) {
     use crate::domain::{DomainKey, DomainNode, Kdc, KdcConfig};
     use crate::ticket::{AttachmentRepr, KdcMessage, TicketBody, TicketPacketRepr, TicketRepr};
@@ -120,6 +121,10 @@ pub fn domain_message(data: &[u8]) {
     }
     if let Ok(m) = KdcMessage::parse(data) {
         assert_eq!(KdcMessage::parse(&m.to_vec()), Ok(m), "a parsed message re-encodes to an equal one");
+    }
+    if let Ok(m) = crate::ticket::RevokeMessage::parse(data) {
+        let v = m.to_vec();
+        assert_eq!(v.as_deref().ok(), Some(data), "a parsed revocation message re-encodes to the same bytes");
     }
     let op = Identity::from_seed(&[0xD1; 32]).public();
     let user = Identity::from_seed(&[0xC3; 32]).public();
@@ -142,6 +147,11 @@ pub fn domain_seeds() -> Vec<Vec<u8>> {
     let op = Identity::from_seed(&[0xD1; 32]);
     let user = Identity::from_seed(&[0xC3; 32]).public();
     let mut seeds = vec![KdcMessage::Request { lifetime_s: 60, credential: b"credential bytes" }.to_vec()];
+    let revoke =
+        crate::ticket::RevokeUpdate { min_epoch: 2, tickets: vec![0x0123_4567_89AB_CDEF], users: vec![[0xC3; 32]] };
+    if let Ok(v) = crate::ticket::RevokeMessage::Update(revoke).to_vec() {
+        seeds.push(v);
+    }
     let Ok(issuer) = anode_cred::Issuer::from_secret(&op.secret_seed()) else { return seeds };
     let Ok(cred) = issuer.admin(anode_cred::PrincipalId(*user.as_bytes()), None) else { return seeds };
     seeds.push(KdcMessage::Request { lifetime_s: 60, credential: cred.to_bytes() }.to_vec());

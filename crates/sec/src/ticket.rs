@@ -57,6 +57,16 @@
 //! attached: kind 2 | rsvd (1) | attachment len (2) | destination (4) | attachment | inner packet (rest)
 //!           attachment len 0: no attachment (a packet that did not pass a border)
 //! ```
+//!
+//! # Revocation update (the domain operator to a node, inside the operator's SA)
+//!
+//! ```text
+//! update:  kind 1 | rsvd (1) | n tickets (2) | n users (2) | rsvd (2) | min epoch (4)
+//!          | ticket ids (8 each) | users (32 each)     min epoch 0: the floor is left as it is
+//! ack:     kind 2 | rsvd (1) | min epoch (4) | tickets revoked (4) | users revoked (4)
+//! refusal: kind 3 | code (1): 1 not the operator, 2 malformed, 3 no domain, 4 revocation lists full
+//! ```
+//! Each list holds at most [`MAX_REVOKE_ITEMS`] entries per message.
 
 /// Format version of every message here.
 pub const VERSION: u8 = 1;
@@ -663,6 +673,158 @@ impl<'a> Envelope<'a> {
     }
 }
 
+// ------------------------------------------------------- revocation update
+
+/// Most ticket ids, and most users, one revocation update carries.
+pub const MAX_REVOKE_ITEMS: usize = 64;
+/// Revocation update header length.
+pub const REVOKE_HEADER: usize = 12;
+
+/// Why a revocation update was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum RevokeRefusal {
+    /// The SA's principal is not the domain's operator.
+    NotOperator = 1,
+    /// The update was malformed.
+    Malformed = 2,
+    /// This node is in no domain.
+    NoDomain = 3,
+    /// Applying it would overflow the node's revocation lists.
+    Full = 4,
+}
+
+impl RevokeRefusal {
+    /// A short stable label for counters and logs.
+    pub fn label(self) -> &'static str {
+        match self {
+            RevokeRefusal::NotOperator => "not_operator",
+            RevokeRefusal::Malformed => "malformed",
+            RevokeRefusal::NoDomain => "no_domain",
+            RevokeRefusal::Full => "full",
+        }
+    }
+}
+
+/// What a revocation update asks for: every field is added to what the
+/// node already revokes (nothing is ever un-revoked by an update).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RevokeUpdate {
+    /// Raise the epoch floor to this (0: leave it).
+    pub min_epoch: u32,
+    /// Ticket ids to revoke.
+    pub tickets: Vec<u64>,
+    /// Users (Ed25519 public keys) to revoke.
+    pub users: Vec<[u8; 32]>,
+}
+
+/// A message of the revocation exchange between a domain operator and a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RevokeMessage {
+    /// An update (operator to node).
+    Update(RevokeUpdate),
+    /// Applied: the node's revocation state after it.
+    Ack {
+        /// The epoch floor.
+        min_epoch: u32,
+        /// Ticket ids revoked in all.
+        tickets: u32,
+        /// Users revoked in all.
+        users: u32,
+    },
+    /// Refused; nothing was applied.
+    Refusal(RevokeRefusal),
+}
+
+impl RevokeMessage {
+    /// Parses a message.
+    ///
+    /// # Errors
+    /// [`WireError::Truncated`], [`WireError::Trailing`] (bytes after the
+    /// lists, or a list over [`MAX_REVOKE_ITEMS`]), [`WireError::Reserved`],
+    /// [`WireError::Kind`].
+    ///
+    /// `DoS`: the lists are bounded before anything is allocated.
+    pub fn parse(b: &[u8]) -> Result<RevokeMessage, WireError> {
+        let Some(&kind) = b.first() else { return Err(WireError::Truncated) };
+        let exact = |n: usize| match b.len().cmp(&n) {
+            core::cmp::Ordering::Less => Err(WireError::Truncated),
+            core::cmp::Ordering::Greater => Err(WireError::Trailing),
+            core::cmp::Ordering::Equal => Ok(()),
+        };
+        match kind {
+            1 => {
+                if b.len() < REVOKE_HEADER {
+                    return Err(WireError::Truncated);
+                }
+                if b[1] != 0 || be16(b, 6) != 0 {
+                    return Err(WireError::Reserved);
+                }
+                let (nt, nu) = (be16(b, 2) as usize, be16(b, 4) as usize);
+                if nt > MAX_REVOKE_ITEMS || nu > MAX_REVOKE_ITEMS {
+                    return Err(WireError::Trailing);
+                }
+                exact(REVOKE_HEADER + nt * 8 + nu * 32)?;
+                let tickets = (0..nt).map(|i| be64(b, REVOKE_HEADER + i * 8)).collect();
+                let users = (0..nu).map(|i| get(b, REVOKE_HEADER + nt * 8 + i * 32)).collect();
+                Ok(RevokeMessage::Update(RevokeUpdate { min_epoch: be32(b, 8), tickets, users }))
+            }
+            2 => {
+                exact(14)?;
+                if b[1] != 0 {
+                    return Err(WireError::Reserved);
+                }
+                Ok(RevokeMessage::Ack { min_epoch: be32(b, 2), tickets: be32(b, 6), users: be32(b, 10) })
+            }
+            3 => {
+                exact(2)?;
+                Ok(RevokeMessage::Refusal(match b[1] {
+                    1 => RevokeRefusal::NotOperator,
+                    2 => RevokeRefusal::Malformed,
+                    3 => RevokeRefusal::NoDomain,
+                    4 => RevokeRefusal::Full,
+                    c => return Err(WireError::Kind(c)),
+                }))
+            }
+            k => Err(WireError::Kind(k)),
+        }
+    }
+
+    /// The message's bytes.
+    ///
+    /// # Errors
+    /// [`WireError::Trailing`] for a list over [`MAX_REVOKE_ITEMS`].
+    pub fn to_vec(&self) -> Result<Vec<u8>, WireError> {
+        let mut v = Vec::new();
+        match self {
+            RevokeMessage::Update(u) => {
+                if u.tickets.len() > MAX_REVOKE_ITEMS || u.users.len() > MAX_REVOKE_ITEMS {
+                    return Err(WireError::Trailing);
+                }
+                v.extend_from_slice(&[1, 0]);
+                v.extend_from_slice(&(u.tickets.len() as u16).to_be_bytes());
+                v.extend_from_slice(&(u.users.len() as u16).to_be_bytes());
+                v.extend_from_slice(&[0, 0]);
+                v.extend_from_slice(&u.min_epoch.to_be_bytes());
+                for t in &u.tickets {
+                    v.extend_from_slice(&t.to_be_bytes());
+                }
+                for k in &u.users {
+                    v.extend_from_slice(k);
+                }
+            }
+            RevokeMessage::Ack { min_epoch, tickets, users } => {
+                v.extend_from_slice(&[2, 0]);
+                v.extend_from_slice(&min_epoch.to_be_bytes());
+                v.extend_from_slice(&tickets.to_be_bytes());
+                v.extend_from_slice(&users.to_be_bytes());
+            }
+            RevokeMessage::Refusal(c) => v.extend_from_slice(&[3, *c as u8]),
+        }
+        Ok(v)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -751,6 +913,45 @@ mod tests {
         bad[1] = 0x80;
         assert_eq!(TicketPacketRepr::parse(&bad), Err(WireError::Reserved));
         assert_eq!(TicketPacketRepr::parse(&p[..PACKET_HEADER + 10]), Err(WireError::Truncated));
+    }
+
+    #[test]
+    fn revoke_construct_deconstruct_and_rejections() {
+        let u = RevokeUpdate { min_epoch: 3, tickets: vec![1, 0xDEAD_BEEF], users: vec![[7; 32]] };
+        let b = RevokeMessage::Update(u.clone()).to_vec().unwrap();
+        assert_eq!(b[..REVOKE_HEADER], [1, 0, 0, 2, 0, 1, 0, 0, 0, 0, 0, 3]);
+        assert_eq!(b.len(), REVOKE_HEADER + 2 * 8 + 32);
+        assert_eq!(RevokeMessage::parse(&b), Ok(RevokeMessage::Update(u)));
+        for m in [
+            RevokeMessage::Update(RevokeUpdate::default()),
+            RevokeMessage::Ack { min_epoch: 2, tickets: 5, users: 1 },
+            RevokeMessage::Refusal(RevokeRefusal::NotOperator),
+            RevokeMessage::Refusal(RevokeRefusal::Full),
+        ] {
+            assert_eq!(RevokeMessage::parse(&m.to_vec().unwrap()), Ok(m));
+        }
+        assert_eq!(RevokeMessage::parse(&[]), Err(WireError::Truncated));
+        assert_eq!(RevokeMessage::parse(&b[..REVOKE_HEADER - 1]), Err(WireError::Truncated));
+        assert_eq!(RevokeMessage::parse(&b[..b.len() - 1]), Err(WireError::Truncated));
+        let mut long = b.clone();
+        long.push(0);
+        assert_eq!(RevokeMessage::parse(&long), Err(WireError::Trailing));
+        let mut r = b.clone();
+        r[1] = 1;
+        assert_eq!(RevokeMessage::parse(&r), Err(WireError::Reserved));
+        let mut r = b.clone();
+        r[7] = 1;
+        assert_eq!(RevokeMessage::parse(&r), Err(WireError::Reserved));
+        // A list over the bound is refused before its bytes are looked for.
+        let mut over = b[..REVOKE_HEADER].to_vec();
+        over[2..4].copy_from_slice(&(MAX_REVOKE_ITEMS as u16 + 1).to_be_bytes());
+        assert_eq!(RevokeMessage::parse(&over), Err(WireError::Trailing));
+        let big = RevokeUpdate { tickets: vec![0; MAX_REVOKE_ITEMS + 1], ..RevokeUpdate::default() };
+        assert_eq!(RevokeMessage::Update(big).to_vec(), Err(WireError::Trailing));
+        assert_eq!(RevokeMessage::parse(&[3, 9]), Err(WireError::Kind(9)));
+        assert_eq!(RevokeMessage::parse(&[3, 1, 0]), Err(WireError::Trailing));
+        assert_eq!(RevokeMessage::parse(&[9]), Err(WireError::Kind(9)));
+        assert_eq!(RevokeMessage::parse(&[2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]), Err(WireError::Reserved));
     }
 
     #[test]

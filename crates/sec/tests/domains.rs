@@ -198,6 +198,42 @@ fn revocation_by_ticket_user_and_epoch() {
 }
 
 #[test]
+fn a_revocation_update_is_merged_whole_and_reaches_held_tickets_and_the_service() {
+    use anode_sec::domain::MAX_REVOKED;
+    use anode_sec::ticket::RevokeUpdate;
+    let mut w = world();
+    let mut t = ticket(&mut w, 60);
+    // a2 holds the ticket: later packets leave it out.
+    w.a2.open_packet(&t.seal(addr(12), b"x"), NOW).unwrap();
+    assert!(w.a2.open_packet(&t.seal_with(addr(12), b"x", false), NOW).is_ok());
+    // Raising the floor drops the held ticket of epoch 1 at once and moves
+    // the node to epoch 2.
+    let up = RevokeUpdate { min_epoch: 2, ..RevokeUpdate::default() };
+    let r = w.a2.revocation().merged(&up).unwrap();
+    w.a2.set_revocation(r);
+    assert!(matches!(w.a2.open_packet(&t.seal_with(addr(12), b"x", false), NOW), Err(DomainError::UnknownTicket(_))));
+    assert_eq!(w.a2.open_packet(&t.seal_with(addr(12), b"x", true), NOW), Err(DomainError::Epoch(1)));
+    // The service issues under the new floor; a node at the floor accepts it.
+    let r = w.a2.revocation().clone();
+    w.kdc_a.set_revocation(r);
+    let mut t2 = ticket(&mut w, 60);
+    assert_eq!(anode_sec::ticket::TicketRepr::parse(t2.ticket()).unwrap().epoch, 2);
+    assert!(w.a2.open_packet(&t2.seal(addr(12), b"x"), NOW).is_ok());
+    // A floor never goes down; a revoked user gets no ticket.
+    let back = w.a2.revocation().merged(&RevokeUpdate { min_epoch: 1, ..RevokeUpdate::default() }).unwrap();
+    assert_eq!(back.min_epoch, 2);
+    let user = *w.user.public().as_bytes();
+    let r = w.a2.revocation().merged(&RevokeUpdate { users: vec![user], ..RevokeUpdate::default() }).unwrap();
+    w.kdc_a.set_revocation(r);
+    let cred = credential(1, &w.user.public());
+    assert_eq!(w.kdc_a.issue(w.user.public(), &cred, 60, 5_000, NOW).map(|_| ()), Err(DomainError::Revoked));
+    // An update that would overflow a list is refused whole.
+    let full = Revocation { tickets: (0..MAX_REVOKED as u64).collect(), ..Revocation::default() };
+    let over = RevokeUpdate { min_epoch: 9, tickets: vec![u64::MAX], users: vec![user] };
+    assert_eq!(full.merged(&over), Err(DomainError::RevocationFull));
+}
+
+#[test]
 fn ticket_issuance_is_rate_limited() {
     let mut w = world();
     let cred = credential(1, &w.user.public());

@@ -40,6 +40,10 @@ impl Node {
             self.kdc_request(from, to, iface, msg, now_ms, out);
             return;
         }
+        if let Some((&Node::REVOKE_OP, msg)) = body.split_first() {
+            self.revoke_request(from, to, iface, msg, out);
+            return;
+        }
         if body.first().is_some_and(|op| (0x10..=0x1f).contains(op)) {
             let reply = match from {
                 Some(key) => self.session_request(PrincipalId(*key.as_bytes()), body, now_ms),

@@ -12,8 +12,9 @@
 //!   └─ attached envelope for another node, from a member over an SA ──► routed on
 //! inner: an ANEP datagram, one of
 //!   SNAP ──► run as any SNAP packet (Best-Effort: safe by construction)
-//!   CONTROL load request ──► DomainNode::authorize (the attached credential,
-//!        the ticket's user as requester) ──► load_module with that credential
+//!   CONTROL load request ──► load_module with the attached credential, the
+//!        ticket's user as requester (the sandbox checks the module, its real
+//!        imports and limits against it) ──► DomainNode::record_authorization
 //!   anything else ──► drop(domain_inner)
 //! ```
 //!
@@ -30,7 +31,7 @@ use super::LoadFailure;
 use super::{Node, Outbox, Owner, Transmit};
 use crate::config::NodeConfig;
 use crate::counters::Drop;
-use anode_cred::{CodeInfo, InterfaceSet, RequestedLimits};
+use anode_cred::CredError;
 use anode_sandbox::{LoadError, LoadSpec, PrincipalId};
 use anode_sec::ticket::{Envelope, TicketPacketRepr};
 use anode_sec::{Accepted, DomainError, DomainKey, DomainNode};
@@ -48,7 +49,8 @@ pub(crate) struct DomainState {
     outsiders: HashSet<[u8; 32]>,
     /// Wall-clock ms at `now_ms` = 0 (tickets carry Unix times).
     unix0: u64,
-    /// The border's attenuation of admitted credentials (none today).
+    /// The border's attenuation of admitted credentials
+    /// (`[domain.border_policy]`).
     policy: anode_cred::Attenuation,
 }
 
@@ -79,7 +81,11 @@ impl Node {
     ///
     /// # Errors
     /// [`DomainError::Credential`] if the operator key is unusable, or
-    /// [`DomainError::KeyDerivation`] without security.
+    /// [`DomainError::KeyDerivation`] without security. An invalid
+    /// `[domain.border_policy]` or `[domain.revoked]` (both refused by
+    /// `NodeConfig::validate`) is taken as absent. `[domain.revoked]` is
+    /// applied to the domain node and to the service (before or after
+    /// [`Node::enable_kdc`]).
     pub fn enable_domain(&mut self, cfg: &NodeConfig, key: DomainKey, unix_ms_at_zero: u64) -> Result<(), DomainError> {
         let me = self.sec.as_ref().map(|g| g.links.public()).ok_or(DomainError::KeyDerivation)?;
         let d = cfg.domain.as_ref();
@@ -101,14 +107,30 @@ impl Node {
                 .collect()
         };
         let node = DomainNode::new(key, epoch, me, u32::from(cfg.address))?;
+        let revoked = d.and_then(|d| d.revoked.as_ref()).and_then(|r| r.revocation().ok());
         self.domain = Some(Box::new(DomainState {
             node,
             border: d.is_some_and(|d| d.border),
             outsiders,
             unix0: unix_ms_at_zero,
-            policy: anode_cred::Attenuation::default(),
+            policy: d.and_then(|d| d.border_policy.as_ref()).and_then(|p| p.attenuation().ok()).unwrap_or_default(),
         }));
+        if let Some(r) = revoked {
+            self.set_revocation(r);
+        }
         Ok(())
+    }
+
+    /// The domain operator's key (None without a domain).
+    pub(super) fn domain_operator(&self) -> Option<anode_sec::PublicKey> {
+        self.domain.as_ref().map(|d| d.node.operator())
+    }
+
+    /// Replaces what the domain node revokes (no-op without a domain).
+    pub(super) fn domain_set_revocation(&mut self, r: anode_sec::Revocation) {
+        if let Some(d) = self.domain.as_mut() {
+            d.node.set_revocation(r);
+        }
     }
 
     /// The domain node's counters for `status` (None without a domain).
@@ -186,7 +208,7 @@ impl Node {
             }
         };
         match accepted {
-            Ok(a) => self.domain_inner(a, buf, now_s, now_ms, out),
+            Ok(a) => self.domain_inner(a, buf, now_ms, out),
             Err(e) => self.counters.drop(drop_of(&e)),
         }
     }
@@ -204,7 +226,7 @@ impl Node {
 
     /// What an accepted packet carries: a SNAP packet (run), or a module
     /// load (authorized by the attached credential, then loaded with it).
-    fn domain_inner(&mut self, a: Accepted, buf: &mut [u8], now_s: u64, now_ms: u64, out: &mut Outbox) {
+    fn domain_inner(&mut self, a: Accepted, buf: &mut [u8], now_ms: u64, out: &mut Outbox) {
         let Ok(p) = anep::Packet::new_checked(&a.payload[..]) else {
             self.counters.drop(Drop::DomainInner);
             return;
@@ -224,34 +246,23 @@ impl Node {
                     self.counters.drop(Drop::DomainInner);
                     return;
                 };
-                self.domain_load(&a, req.code, req.name, now_s, now_ms, out);
+                self.domain_load(&a, req.code, req.name, now_ms, out);
             }
             _ => self.counters.drop(Drop::DomainInner),
         }
     }
 
     /// A module load asked for by an accepted packet.
-    fn domain_load(
-        &mut self,
-        a: &Accepted,
-        code: &[u8],
-        name: Option<&str>,
-        now_s: u64,
-        now_ms: u64,
-        out: &mut Outbox,
-    ) {
-        let Some(d) = self.domain.as_mut() else { return };
-        let Ok(info) = CodeInfo::inspect(code) else {
-            self.counters.drop(Drop::DomainCredential);
-            return;
-        };
-        // Interior enforcement: the attached credential must allow this
-        // code for this user; the sandbox then checks the interfaces and
-        // limits the code needs against the same credential.
-        if let Err(e) = d.node.authorize(a, &info, InterfaceSet::EMPTY, RequestedLimits::default(), now_s) {
-            self.counters.drop(drop_of(&e));
+    fn domain_load(&mut self, a: &Accepted, code: &[u8], name: Option<&str>, now_ms: u64, out: &mut Outbox) {
+        if self.domain.is_none() {
             return;
         }
+        // Interior enforcement: the sandbox authorizes the load with the
+        // attached credential, the ticket's user as requester, and the
+        // interfaces the code really imports (so a border policy that took
+        // an interface away refuses exactly the code that needs it). A
+        // check made here without the imports could not tell: Biscuit's
+        // `check all uses($i), ...` fails when no `uses` fact is given.
         let spec = LoadSpec {
             code,
             credential: Some(&a.credential),
@@ -259,7 +270,35 @@ impl Node {
             local_name: name,
             limits: Default::default(),
         };
-        match self.load_module(&spec, now_ms, out) {
+        let r = self.load_module(&spec, now_ms, out);
+        let outcome = match &r {
+            Ok(_) => Ok(()),
+            // The code needs more than the attached credential grants (a
+            // module it does not name, an interface, memory): the interior's
+            // enforcement, counted as the domain's refusal.
+            Err(LoadFailure::Refused(LoadError::Denied(e))) => Err(DomainError::Credential(e.clone())),
+            Err(LoadFailure::Refused(LoadError::ForbiddenImport { import, right })) => {
+                Err(DomainError::Credential(match right {
+                    Some(right) => CredError::InterfaceNotGranted { import: import.clone(), right: *right },
+                    None => CredError::Malformed(format!("import {import} of no host interface")),
+                }))
+            }
+            Err(LoadFailure::Refused(LoadError::MemoryLimit { cap })) => {
+                Err(DomainError::Credential(CredError::LimitExceeded {
+                    resource: "memory",
+                    requested: u64::try_from(*cap).unwrap_or(u64::MAX),
+                    allowed: u64::try_from(*cap).unwrap_or(u64::MAX),
+                }))
+            }
+            Err(_) => {
+                self.counters.drop(Drop::CapsuleRefused);
+                return;
+            }
+        };
+        if let Some(d) = self.domain.as_mut() {
+            d.node.record_authorization(outcome.clone());
+        }
+        match r {
             Ok((id, already)) => out.events.push(format!(
                 "domain: module {} {} for {} ({:?})",
                 id.0,
@@ -267,13 +306,7 @@ impl Node {
                 a.user,
                 a.via
             )),
-            // The sandbox found the code needs more than the attached
-            // credential grants (an interface, memory): the interior's
-            // enforcement, counted as the domain's refusal.
-            Err(LoadFailure::Refused(
-                LoadError::Denied(_) | LoadError::ForbiddenImport { .. } | LoadError::MemoryLimit { .. },
-            )) => self.counters.drop(Drop::DomainCredential),
-            Err(_) => self.counters.drop(Drop::CapsuleRefused),
+            Err(_) => self.counters.drop(Drop::DomainCredential),
         }
     }
 }
