@@ -436,6 +436,34 @@ impl Daemon {
             let sid = self.node.open_static_session(principal, &cred, &vps, now_ms).map_err(|e| err(e.to_string()))?;
             info!(session = %sid, principal = %principal, vps = vps.len(), "session opened from the config");
         }
+        // Pods before modules: a module's anode_init may bind to one.
+        for p in &m.pods {
+            let err = |reason: String| DaemonError::Pod { file: p.file.clone(), reason };
+            let Some(code) = files.read(&p.file)? else {
+                warn!(file = %p.file.display(), "pod not loaded: the degraded boot left it out");
+                continue;
+            };
+            let cred = files.read_needed(&p.credential)?;
+            let (clients, on_fault) = p.policy().map_err(err)?;
+            let spec = anode_sandbox::PodSpec {
+                code: &code,
+                credential: Some(&cred),
+                requester: None,
+                name: &p.name,
+                limits: Default::default(),
+                clients,
+                on_fault,
+                min_fuel: p.min_fuel,
+            };
+            let now_ms = self.now_ms();
+            match self.node.load_pod(&spec, now_ms) {
+                Some(Ok(id)) => {
+                    info!(pod = ?id, name = %p.name, file = %p.file.display(), "pod loaded from the config")
+                }
+                Some(Err(e)) => return Err(err(e.to_string())),
+                None => return Err(err("modules are off".into())),
+            }
+        }
         for l in &m.loads {
             let Some(code) = files.read(&l.file)? else {
                 warn!(file = %l.file.display(), "module not loaded: the degraded boot left it out");

@@ -113,6 +113,14 @@ pub enum DaemonError {
         /// Why it was refused.
         source: anode_node::core::LoadFailure,
     },
+    /// A pod listed in `[[modules.pod]]` was refused.
+    #[error("pod {}: {reason}", file.display())]
+    Pod {
+        /// The pod's file.
+        file: PathBuf,
+        /// Why it was refused.
+        reason: String,
+    },
     /// A session listed in `[modules]` is malformed or was refused.
     #[error("[[modules.session]] #{index}: {reason}")]
     StaticSession {

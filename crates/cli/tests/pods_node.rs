@@ -1,0 +1,74 @@
+//! Expert pods on a running node (issue 17): `[[modules.pod]]` loads a pod
+//! at start, `anode module list` shows it, and a pod whose credential does
+//! not grant `pod` stops the start with the reason.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use anode_cred::Interface;
+use common::{ANODE, Scratch, issue_credential, text, user_keys};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A test pod of the sandbox's (the fuzz seeds are the pods its tests load).
+fn pod_file() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/pod_load/seed-0.wasm")
+}
+
+#[test]
+fn a_pod_from_the_config_is_loaded_at_start_and_listed_and_a_refused_one_stops_the_start() {
+    let s = Scratch::new("pods", "config");
+    let (akey, apub) = user_keys(&s.0.join("admin"), "admin");
+    let code = std::fs::read(pod_file()).unwrap();
+    let cred = |name: &str, ifaces: &[Interface]| {
+        let p = s.0.join(name);
+        std::fs::write(&p, issue_credential(&akey, [7; 32], &code, ifaces, None)).unwrap();
+        p
+    };
+    let hex = |p: &Path| std::fs::read_to_string(p).unwrap().trim().to_string();
+    let pod = pod_file();
+    let good = cred("pod.cred", &[Interface::Pod]);
+    let modules = |cred: &Path| {
+        format!(
+            "[modules]\nadmin_key = \"{}\"\n[[modules.pod]]\nfile = \"{}\"\ncredential = \"{}\"\nname = \"vault\"\n",
+            hex(&apub),
+            pod.display(),
+            cred.display()
+        )
+    };
+    let line = common::Line::start_with(["", &modules(&good), ""]);
+    let o = Command::new(ANODE).args(["module", "list", "--json", "--run-dir"]).arg(line.run_dir(2)).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let pods: Vec<&serde_json::Value> = list.as_array().unwrap().iter().filter(|m| m["kind"] == "pod").collect();
+    assert_eq!(pods.len(), 1, "{list}");
+    assert!(line.log(2).contains("pod loaded from the config"), "{}", line.log(2));
+    drop(line);
+    // A credential without the `pod` interface: the node does not start, and says why.
+    let bad = cred("nopod.cred", &[Interface::Log]);
+    let port = common::free_ports(1)[0];
+    let file = s.0.join("refused.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "address = \"10.0.0.9\"\nrun_dir = \"{}\"\n[[interface]]\nname = \"x\"\nlisten = \"127.0.0.1:{port}\"\n{}",
+            s.0.join("run").display(),
+            modules(&bad)
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(ANODE)
+        .args(["node", "--config"])
+        .arg(&file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let exited = common::eventually(20.0, || child.try_wait().unwrap().is_some());
+    if !exited {
+        let _ = child.kill();
+    }
+    let o = child.wait_with_output().unwrap();
+    assert!(exited && !o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("pod ") && text(&o).contains("seed-0.wasm"), "{}", text(&o));
+}
