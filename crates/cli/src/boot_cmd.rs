@@ -265,6 +265,11 @@ fn components(a: &SignArgs) -> Result<Vec<(ComponentName, PathBuf)>> {
             add(Layer::Keys, &l.credential)?;
             add(Layer::Switchlets, &l.file)?;
         }
+        // Pods loaded at start are layer 5 with the monitoring modules.
+        for p in &m.pods {
+            add(Layer::Keys, &p.credential)?;
+            add(Layer::Monitor, &p.file)?;
+        }
     }
     if let Some(m) = &cfg.monitor {
         for l in &m.loads {

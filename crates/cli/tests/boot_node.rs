@@ -516,3 +516,82 @@ fn monitoring_modules_at_start_are_the_verified_bytes_of_layer_5() {
         .expect_err("the swapped module");
     assert!(e.to_string().contains("count.wasm"), "{e}");
 }
+
+#[test]
+fn pods_at_start_are_the_verified_bytes_of_layer_5() {
+    let bed = Bed::new("pods");
+    // b loads a pod at start: `boot sign` puts it in layer 5 and its
+    // credential in the keys layer, from the config.
+    let pod = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/pod_load/seed-0.wasm");
+    std::fs::create_dir_all(bed.p("tb/mods")).expect("mods");
+    std::fs::copy(&pod, bed.p("tb/mods/vault.wasm")).expect("pod");
+    bed.ok(&[
+        "cred",
+        "issue",
+        "--admin-key",
+        &bed.ps("tb/keys/admin.key"),
+        "--principal",
+        &bed.ps("tb/keys/a.pub"),
+        "--kind",
+        "module",
+        "--module",
+        &bed.ps("tb/mods/vault.wasm"),
+        "--interface",
+        "pod",
+        "-o",
+        &bed.ps("tb/mods/vault.cred"),
+    ]);
+    let cfg = bed.p("tb/b/node.toml");
+    let c = std::fs::read_to_string(&cfg).expect("config");
+    assert!(c.contains("[modules]"), "the testbed gives b a [modules] section: {c}");
+    std::fs::write(
+        &cfg,
+        format!("{c}\n[[modules.pod]]\nfile = \"../mods/vault.wasm\"\ncredential = \"../mods/vault.cred\"\nname = \"vault\"\n"),
+    )
+    .expect("config");
+    let out = bed.ok(&[
+        "boot",
+        "sign",
+        "--keys",
+        &bed.ps("keys"),
+        "--repo",
+        &bed.ps("repo"),
+        "--node",
+        "b",
+        "--config",
+        &cfg.display().to_string(),
+        "--base",
+        &bed.ps("tb"),
+        "--binary",
+        &bed.ps("fake-anode"),
+        "--install",
+        &bed.ps("boot"),
+        "--policy",
+        "refuse",
+    ]);
+    assert!(out.contains("vault.wasm"), "{out}");
+    let nb = anode_boot::fsio::boot_node(
+        &bed.p("boot"),
+        cfg.parent().expect("dir"),
+        std::time::SystemTime::now(),
+        false,
+        Vec::new(),
+    )
+    .expect("boot");
+    // Swapped after verification: the daemon loads the verified bytes.
+    std::fs::write(bed.p("tb/mods/vault.wasm"), b"not wasm").expect("swap pod");
+    let files = anode_daemon::StartFiles::Chain(&nb);
+    let loaded = anode_daemon::load_config_from(&cfg, files).expect("config from the chain");
+    let opts = anode_daemon::Options { boot: Some(std::sync::Arc::new(nb)), ..Default::default() };
+    let d = anode_daemon::Daemon::bind(&loaded.config, loaded.topology.as_ref(), &opts).expect("bind");
+    let list = d.node().modules_list_json();
+    let pods = list.as_array().map(|a| a.iter().filter(|m| m["kind"] == "pod").count());
+    assert_eq!(pods, Some(1), "the verified pod is loaded: {list}");
+    drop(d);
+    // Without the chain the swapped file is read, and refused.
+    let plain = anode_daemon::load_config(&cfg).expect("config");
+    let e = anode_daemon::Daemon::bind(&plain.config, plain.topology.as_ref(), &anode_daemon::Options::default())
+        .map(|_| ())
+        .expect_err("the swapped pod");
+    assert!(e.to_string().contains("vault.wasm"), "{e}");
+}

@@ -187,6 +187,14 @@ pub fn load_config_from(path: &Path, files: StartFiles<'_>) -> Result<LoadedConf
                 s.credential = base.join(&s.credential);
             }
         }
+        for p in &mut m.pods {
+            if p.file.is_relative() {
+                p.file = base.join(&p.file);
+            }
+            if p.credential.is_relative() {
+                p.credential = base.join(&p.credential);
+            }
+        }
     }
     if let Some(m) = config.monitor.as_mut() {
         for l in &mut m.loads {
