@@ -337,6 +337,19 @@ fn start_nodes(bed: &Bed, names: &[&str]) -> Started {
         });
         assert!(ok, "{n} not ready:\n{}", bed.log(n));
     }
+    // Members pass attached packets on only over their SAs with each other,
+    // and a ticket send is one-way: wait until every link among the started
+    // nodes is up (under load they come up after the first requests).
+    for n in names {
+        let ok = eventually(30.0, || {
+            bed.status(n)["security"]["peers"].as_array().is_some_and(|ps| {
+                ps.iter()
+                    .filter(|p| p["kind"] == "neighbor")
+                    .all(|p| p["up"] == true || !names.iter().any(|m| bed.status(m)["address"] == p["address"]))
+            })
+        });
+        assert!(ok, "{n}: links not up: {}", bed.status(n)["security"]);
+    }
     started
 }
 
