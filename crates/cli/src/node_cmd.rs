@@ -153,6 +153,17 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `"a 1, b 2"` for the non-zero counters of an object, or `"none"`.
+fn nonzero_list(v: &Value) -> String {
+    let parts: Vec<String> = v
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, n)| n.as_u64().filter(|&n| n > 0).map(|n| format!("{k} {n}")))
+        .collect();
+    if parts.is_empty() { "none".into() } else { parts.join(", ") }
+}
+
 fn num(v: &Value, k: &str) -> u64 {
     v.get(k).and_then(Value::as_u64).unwrap_or(0)
 }
@@ -324,6 +335,36 @@ pub(crate) fn render(v: &Value) -> String {
             num(n, "attached"),
             num(n, "allowed"),
             n["refused"]
+        );
+        if let Some(r) = d.get("revocation") {
+            let _ = writeln!(
+                s,
+                "  revocation: min epoch {}, {} tickets and {} users revoked; updates applied {}, refused {}",
+                num(r, "min_epoch"),
+                num(r, "tickets"),
+                num(r, "users"),
+                num(r, "applied"),
+                r["refused"]
+            );
+        }
+    }
+    if let Some(f) = v
+        .get("fragments")
+        .filter(|f| num(f, "rx_fragments") + num(f, "tx_fragments") > 0 || !f["link_mtu_payload"].is_null())
+    {
+        let _ = writeln!(
+            s,
+            "
+fragments: sent {} datagrams as {} fragments ({} too long to split); received {} fragments, \
+             {} datagrams reassembled, {} held ({} bytes); dropped {}",
+            num(f, "tx_datagrams"),
+            num(f, "tx_fragments"),
+            num(f, "tx_refused"),
+            num(f, "rx_fragments"),
+            num(f, "rx_reassembled"),
+            num(f, "rx_held_sets"),
+            num(f, "rx_held_bytes"),
+            nonzero_list(&f["drops"])
         );
     }
     if let Some(b) = v.get("boot") {
