@@ -4,7 +4,7 @@
 //! authenticated (encrypted) control message; the node decides once, at
 //! load, and answers over the same SA.
 
-use anode_wire::control::{LoadReply, LoadRequest, Message};
+use anode_wire::control::{LoadReply, LoadRequest, Message, PodLoadRequest};
 use anyhow::{Context, Result, anyhow, bail};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -24,6 +24,19 @@ pub enum ModuleCmd {
         /// The loader's name for the module.
         #[arg(long)]
         name: Option<String>,
+        /// Load it as a pod (Expert's protected module, docs/pods.md) named
+        /// NAME: its offers are `NAME.<entry>`; the credential must grant
+        /// `pod`. Any principal whose module's credential grants `pod` may
+        /// bind to it.
+        #[arg(long, value_name = "NAME", conflicts_with = "name")]
+        pod: Option<String>,
+        /// With --pod: retire the pod when it traps or is cut off (default:
+        /// reset it to its initial state).
+        #[arg(long, requires = "pod")]
+        retire: bool,
+        /// With --pod: fuel a caller must have left for a call to enter it.
+        #[arg(long, value_name = "FUEL", requires = "pod", default_value_t = 0)]
+        min_fuel: u64,
         #[command(flatten)]
         target: crate::sa_client::Target,
     },
@@ -57,8 +70,10 @@ fn control(run_dir: &std::path::Path, req: &str) -> Result<String> {
 
 /// Runs `anode module`.
 pub fn run(c: ModuleCmd) -> Result<ExitCode> {
-    let (file, credential, name, target) = match c {
-        ModuleCmd::Load { file, credential, name, target } => (file, credential, name, target),
+    let (file, credential, name, pod, target) = match c {
+        ModuleCmd::Load { file, credential, name, pod, retire, min_fuel, target } => {
+            (file, credential, name, pod.map(|p| (p, retire, min_fuel)), target)
+        }
         ModuleCmd::List { run_dir, json } => {
             let answer = control(&run_dir, "modules")?;
             if json {
@@ -97,9 +112,17 @@ pub fn run(c: ModuleCmd) -> Result<ExitCode> {
     let code = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
     let cred = std::fs::read(&credential).with_context(|| format!("reading {}", credential.display()))?;
     let mut body = Vec::new();
-    Message::Load(LoadRequest { name: name.as_deref(), credential: &cred, code: &code })
-        .emit(&mut body)
-        .map_err(|e| anyhow!("load request: {e}"))?;
+    let request = match &pod {
+        Some((name, retire, min_fuel)) => Message::PodLoad(PodLoadRequest {
+            name,
+            retire: *retire,
+            min_fuel: *min_fuel,
+            credential: &cred,
+            code: &code,
+        }),
+        None => Message::Load(LoadRequest { name: name.as_deref(), credential: &cred, code: &code }),
+    };
+    request.emit(&mut body).map_err(|e| anyhow!("load request: {e}"))?;
     let node = target.node;
     let answer = crate::sa_client::request(&target, &body, &format!("{} bytes of module", code.len()))?;
     let reply = match Message::parse(&answer) {
@@ -107,7 +130,10 @@ pub fn run(c: ModuleCmd) -> Result<ExitCode> {
         Ok(other) => bail!("{node} answered with {other:?}, not a load reply"),
         Err(e) => bail!("{node} answered with a malformed control message: {e}"),
     };
-    println!("{node}: {reply}");
+    match (&pod, reply) {
+        (Some(_), LoadReply::Loaded(id)) => println!("{node}: loaded pod p{id}"),
+        _ => println!("{node}: {reply}"),
+    }
     let ok = matches!(reply, LoadReply::Loaded(_) | LoadReply::AlreadyLoaded(_));
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

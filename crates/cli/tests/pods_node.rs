@@ -72,3 +72,55 @@ fn a_pod_from_the_config_is_loaded_at_start_and_listed_and_a_refused_one_stops_t
     assert!(exited && !o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("pod ") && text(&o).contains("seed-0.wasm"), "{}", text(&o));
 }
+
+/// `anode module load --pod` over the user's SA: the node loads the pod for
+/// that principal and lists it; a credential without `pod` is refused with
+/// the reason sent back, and a second pod of the same name is refused.
+#[test]
+fn a_user_loads_a_pod_over_an_authenticated_control_message() {
+    let s = Scratch::new("pods", "net");
+    let (ukey, upub) = user_keys(&s.0.join("user"), "u");
+    common::up_line3(&s, &["--user", upub.to_str().unwrap()]);
+    let user = anode_sec::Identity::load(&ukey).unwrap();
+    let code = std::fs::read(pod_file()).unwrap();
+    let cred = |name: &str, ifaces: &[Interface]| {
+        let p = s.0.join(name);
+        let bytes =
+            issue_credential(&s.tb().join("keys").join("admin.key"), *user.public().as_bytes(), &code, ifaces, None);
+        std::fs::write(&p, bytes).unwrap();
+        p
+    };
+    let b = s.tb().join("b");
+    let listen = common::first_listen(&b);
+    let load = |cred: &Path| {
+        Command::new(ANODE)
+            .args(["module", "load"])
+            .arg(pod_file())
+            .arg("--credential")
+            .arg(cred)
+            .args(["--pod", "vault", "--retire", "--node", &listen, "--node-key"])
+            .arg(s.tb().join("keys").join("b.pub"))
+            .arg("--key")
+            .arg(&ukey)
+            .output()
+            .unwrap()
+    };
+    let o = load(&cred("pod.cred", &[Interface::Pod]));
+    assert!(o.status.success() && text(&o).contains("loaded pod p"), "{}", text(&o));
+    let o = Command::new(ANODE).args(["module", "list", "--json", "--run-dir"]).arg(&b).output().unwrap();
+    let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let pods: Vec<&serde_json::Value> = list.as_array().unwrap().iter().filter(|m| m["kind"] == "pod").collect();
+    assert_eq!(pods.len(), 1, "{list}");
+    let short: String = user.public().as_bytes()[..8].iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(pods[0]["principal"].as_str(), Some(short.as_str()), "loaded for the SA's principal: {list}");
+    assert_eq!(pods[0]["on_fault"], "retire", "{list}");
+    // The same name again: refused, with the reason.
+    let o = load(&cred("pod2.cred", &[Interface::Pod]));
+    assert!(!o.status.success() && text(&o).contains("refused"), "{}", text(&o));
+    // Without the pod right: refused, with the reason, nothing more loaded.
+    let o = load(&cred("nopod.cred", &[Interface::Log]));
+    assert!(!o.status.success() && text(&o).contains("refused"), "{}", text(&o));
+    let o = Command::new(ANODE).args(["module", "list", "--json", "--run-dir"]).arg(&b).output().unwrap();
+    let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(list.as_array().unwrap().iter().filter(|m| m["kind"] == "pod").count(), 1, "{list}");
+}

@@ -5,6 +5,8 @@
 //!
 //! ```text
 //! load request   0x01 | name_len (1) | name | cred_len (4) | credential | code
+//! pod load       0x02 | name_len (1) | name (1..) | on_fault (1: 0 reset, 1 retire)
+//!                     | min_fuel (8) | cred_len (4) | credential | code
 //! load reply     0x81 | 0x00 loaded         | module id (4)
 //!                     | 0x01 already loaded | module id (4)
 //!                     | 0x02 refused        | refusal kind (1) | reason (UTF-8)
@@ -18,6 +20,9 @@
 
 /// Op byte of a load request.
 pub const OP_LOAD: u8 = 0x01;
+/// Op byte of a pod load request (Expert's pods, docs/pods.md); answered
+/// with a load reply whose id is the pod's (`pN`).
+pub const OP_POD_LOAD: u8 = 0x02;
 /// Op byte of a load reply.
 pub const OP_LOAD_REPLY: u8 = 0x81;
 /// Longest module name.
@@ -60,6 +65,21 @@ pub struct LoadRequest<'a> {
     /// The credential (Biscuit bytes).
     pub credential: &'a [u8],
     /// The module's code.
+    pub code: &'a [u8],
+}
+
+/// A pod load request: a protected module offering `<name>.<entry>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodLoadRequest<'a> {
+    /// The pod's name (its offers are `<name>.<entry>`; not empty).
+    pub name: &'a str,
+    /// Retire the pod when it traps or is cut off (else reset it).
+    pub retire: bool,
+    /// Fuel a caller must have left for a call to enter the pod.
+    pub min_fuel: u64,
+    /// The credential (Biscuit bytes); it must grant `pod`.
+    pub credential: &'a [u8],
+    /// The pod's code.
     pub code: &'a [u8],
 }
 
@@ -126,6 +146,8 @@ impl core::fmt::Display for LoadReply<'_> {
 pub enum Message<'a> {
     /// User → node: load a module.
     Load(LoadRequest<'a>),
+    /// User → node: load a pod.
+    PodLoad(PodLoadRequest<'a>),
     /// Node → user: the answer.
     LoadReply(LoadReply<'a>),
 }
@@ -141,6 +163,12 @@ impl<'a> Reader<'a> {
     }
     fn u8(&mut self) -> Result<u8, Error> {
         self.take(1).map(|b| b[0])
+    }
+    fn u64(&mut self) -> Result<u64, Error> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_be_bytes(a))
     }
     fn u32(&mut self) -> Result<u32, Error> {
         let b = self.take(4)?;
@@ -178,6 +206,24 @@ impl<'a> Message<'a> {
                     if name.is_empty() { None } else { Some(core::str::from_utf8(name).map_err(|_| Error::BadName)?) };
                 Ok(Message::Load(LoadRequest { name, credential, code }))
             }
+            OP_POD_LOAD => {
+                let nl = r.u8()? as usize;
+                let name = r.take(nl)?;
+                let retire = match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    c => return Err(Error::BadCode(c)),
+                };
+                let min_fuel = r.u64()?;
+                let cl = r.u32()? as usize;
+                let credential = r.take(cl)?;
+                let code = r.rest();
+                if name.is_empty() {
+                    return Err(Error::BadName);
+                }
+                let name = core::str::from_utf8(name).map_err(|_| Error::BadName)?;
+                Ok(Message::PodLoad(PodLoadRequest { name, retire, min_fuel, credential, code }))
+            }
             OP_LOAD_REPLY => {
                 let reply = match r.u8()? {
                     0 => LoadReply::Loaded(r.u32()?),
@@ -204,6 +250,7 @@ impl<'a> Message<'a> {
     pub fn buffer_len(&self) -> usize {
         match self {
             Message::Load(l) => 1 + 1 + l.name.map_or(0, str::len) + 4 + l.credential.len() + l.code.len(),
+            Message::PodLoad(l) => 1 + 1 + l.name.len() + 1 + 8 + 4 + l.credential.len() + l.code.len(),
             Message::LoadReply(LoadReply::Loaded(_) | LoadReply::AlreadyLoaded(_)) => 6,
             Message::LoadReply(LoadReply::Refused(_, why)) => 3 + cut(why, MAX_REASON).len(),
         }
@@ -222,6 +269,20 @@ impl<'a> Message<'a> {
                 let cl = u32::try_from(l.credential.len()).map_err(|_| Error::TooLong("credential"))?;
                 out.extend_from_slice(&[OP_LOAD, nl]);
                 out.extend_from_slice(name);
+                out.extend_from_slice(&cl.to_be_bytes());
+                out.extend_from_slice(l.credential);
+                out.extend_from_slice(l.code);
+            }
+            Message::PodLoad(l) => {
+                let nl = u8::try_from(l.name.len()).map_err(|_| Error::TooLong("pod name"))?;
+                let cl = u32::try_from(l.credential.len()).map_err(|_| Error::TooLong("credential"))?;
+                if nl == 0 {
+                    return Err(Error::BadName);
+                }
+                out.extend_from_slice(&[OP_POD_LOAD, nl]);
+                out.extend_from_slice(l.name.as_bytes());
+                out.push(u8::from(l.retire));
+                out.extend_from_slice(&l.min_fuel.to_be_bytes());
                 out.extend_from_slice(&cl.to_be_bytes());
                 out.extend_from_slice(l.credential);
                 out.extend_from_slice(l.code);
@@ -263,6 +324,13 @@ mod tests {
     fn messages_round_trip() {
         round_trip(Message::Load(LoadRequest { name: Some("counter"), credential: b"cred", code: b"\0asm" }));
         round_trip(Message::Load(LoadRequest { name: None, credential: b"", code: b"x" }));
+        round_trip(Message::PodLoad(PodLoadRequest {
+            name: "aes",
+            retire: true,
+            min_fuel: 100_000,
+            credential: b"cred",
+            code: b"\0asm",
+        }));
         round_trip(Message::LoadReply(LoadReply::Loaded(3)));
         round_trip(Message::LoadReply(LoadReply::AlreadyLoaded(u32::MAX)));
         round_trip(Message::LoadReply(LoadReply::Refused(Refusal::Denied, "credential expired: block 0")));
@@ -282,7 +350,16 @@ mod tests {
     fn rejections() {
         let p = Message::parse;
         assert_eq!(p(&[]), Err(Error::Unknown(0)));
-        assert_eq!(p(&[2]), Err(Error::Unknown(2)));
+        assert_eq!(p(&[3]), Err(Error::Unknown(3)));
+        // Pod loads: no name, a bad fault policy, short fields.
+        assert_eq!(p(&[2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]), Err(Error::BadName));
+        assert_eq!(p(&[2, 1, b'a', 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]), Err(Error::BadCode(7)));
+        assert_eq!(p(&[2, 1, b'a', 0, 0, 0]), Err(Error::Truncated));
+        assert_eq!(p(&[2, 1, b'a', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9]), Err(Error::Truncated));
+        assert_eq!(p(&[2, 1, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]), Err(Error::BadName));
+        let empty =
+            Message::PodLoad(PodLoadRequest { name: "", retire: false, min_fuel: 0, credential: b"", code: b"" });
+        assert_eq!(empty.emit(&mut Vec::new()), Err(Error::BadName));
         assert_eq!(p(&[1, 5, b'a']), Err(Error::Truncated));
         assert_eq!(p(&[1, 0, 0, 0, 0, 9, 1]), Err(Error::Truncated));
         assert_eq!(p(&[1, 1, 0xff, 0, 0, 0, 0]), Err(Error::BadName));

@@ -68,7 +68,40 @@ impl Node {
                 text = "a load reply is not a request".to_string();
                 LoadReply::Refused(Refusal::BadRequest, &text)
             }
-            (Ok(Message::Load(_)), None) => LoadReply::Refused(Refusal::UnknownPrincipal, "unknown principal"),
+            (Ok(Message::Load(_) | Message::PodLoad(_)), None) => {
+                LoadReply::Refused(Refusal::UnknownPrincipal, "unknown principal")
+            }
+            (Ok(Message::PodLoad(req)), Some(key)) => {
+                let spec = anode_sandbox::PodSpec {
+                    code: req.code,
+                    credential: Some(req.credential),
+                    requester: Some(PrincipalId(*key.as_bytes())),
+                    name: req.name,
+                    limits: Default::default(),
+                    clients: None,
+                    on_fault: if req.retire {
+                        anode_sandbox::pods::OnFault::Retire
+                    } else {
+                        anode_sandbox::pods::OnFault::Reset
+                    },
+                    min_fuel: req.min_fuel,
+                };
+                match self.load_pod(&spec, now_ms) {
+                    Some(Ok(id)) => LoadReply::Loaded(id.0),
+                    None => LoadReply::Refused(Refusal::NoModules, "this node runs no modules"),
+                    Some(Err(e)) => {
+                        self.counters.drop(Drop::CapsuleRefused);
+                        let kind = match &e {
+                            anode_sandbox::pods::PodError::Load(l) => refusal(l),
+                            anode_sandbox::pods::PodError::NotGranted => Refusal::Denied,
+                            anode_sandbox::pods::PodError::TooMany => Refusal::Limit,
+                            _ => Refusal::Module,
+                        };
+                        text = e.to_string();
+                        LoadReply::Refused(kind, &text)
+                    }
+                }
+            }
             (Ok(Message::Load(req)), Some(key)) => {
                 let spec = LoadSpec {
                     code: req.code,
