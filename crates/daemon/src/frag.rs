@@ -91,10 +91,12 @@ impl Frag {
         d: &[u8],
         now_ms: u64,
     ) -> Option<Result<Option<Vec<u8>>, FragError>> {
-        let p = anode_wire::anep::Packet::new_checked(d).ok()?;
-        if p.type_id() != frag::TYPE_FRAGMENT {
+        // Every datagram passes here: look at the type id alone first (the
+        // core checks the whole ANEP header of the others itself).
+        if d.get(2..4) != Some(&frag::TYPE_FRAGMENT.to_be_bytes()[..]) {
             return None;
         }
+        let p = anode_wire::anep::Packet::new_checked(d).ok()?;
         if self.rx.poll_at().is_some_and(|t| t <= now_ms) {
             self.rx.expire(now_ms);
         }

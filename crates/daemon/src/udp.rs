@@ -194,10 +194,12 @@ pub(crate) fn send_transmits(
         let mut iovs = [[IoSlice::new(&[])]; BATCH];
         let mut addrs: [Option<SockaddrStorage>; BATCH] = [None; BATCH];
         let mut k = 0;
+        let mut oversize = false;
         for (out, buf) in outs.iter().zip(bufs) {
             for t in out.transmits.iter().filter(|t| t.iface == iface) {
                 let bytes = out.bytes(&t.data, buf);
                 if frag.too_long(bytes.len()) {
+                    oversize = true;
                     continue;
                 }
                 iovs[k] = [IoSlice::new(bytes)];
@@ -213,7 +215,11 @@ pub(crate) fn send_transmits(
             send_chunk(sock, iface, hdrs, node, droplog, &iovs[..k], &addrs[..k]);
         }
         // Datagrams longer than the link's MTU, as fragments (the slow path:
-        // capsules with their code, control messages).
+        // capsules with their code, control messages), in a second pass only
+        // when the first one skipped any.
+        if !oversize {
+            continue;
+        }
         for (out, buf) in outs.iter().zip(bufs) {
             for t in out.transmits.iter().filter(|t| t.iface == iface) {
                 let bytes = out.bytes(&t.data, buf);
