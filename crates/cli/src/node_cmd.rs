@@ -153,14 +153,16 @@ pub fn status(a: StatusArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The non-zero counters of an object of counters, in its order.
+fn nonzero(v: &Value) -> Vec<(String, u64)> {
+    v.as_object()
+        .map(|o| o.iter().filter_map(|(k, n)| n.as_u64().filter(|n| *n > 0).map(|n| (k.clone(), n))).collect())
+        .unwrap_or_default()
+}
+
 /// `"a 1, b 2"` for the non-zero counters of an object, or `"none"`.
 fn nonzero_list(v: &Value) -> String {
-    let parts: Vec<String> = v
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter_map(|(k, n)| n.as_u64().filter(|&n| n > 0).map(|n| format!("{k} {n}")))
-        .collect();
+    let parts: Vec<String> = nonzero(v).into_iter().map(|(k, n)| format!("{k} {n}")).collect();
     if parts.is_empty() { "none".into() } else { parts.join(", ") }
 }
 
@@ -223,13 +225,7 @@ pub(crate) fn render(v: &Value) -> String {
             let _ = writeln!(s, "  {:<20} {:>12}", k, num(&v["packets"], k));
         }
     }
-    let nonzero = |key: &str| -> Vec<(String, u64)> {
-        v.get(key)
-            .and_then(Value::as_object)
-            .map(|o| o.iter().filter_map(|(k, n)| n.as_u64().filter(|n| *n > 0).map(|n| (k.clone(), n))).collect())
-            .unwrap_or_default()
-    };
-    let drops = nonzero("drops");
+    let drops = nonzero(&v["drops"]);
     let total: u64 = drops.iter().map(|d| d.1).sum();
     let _ = writeln!(s, "\ndrops: {total}");
     for (k, n) in &drops {
@@ -274,7 +270,7 @@ pub(crate) fn render(v: &Value) -> String {
             }
         }
     }
-    let faults = nonzero("vm_faults");
+    let faults = nonzero(&v["vm_faults"]);
     let total: u64 = faults.iter().map(|d| d.1).sum();
     let _ = writeln!(s, "\nvm faults: {total}");
     for (k, n) in &faults {
