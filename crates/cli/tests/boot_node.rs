@@ -72,27 +72,65 @@ impl Bed {
         )
         .expect("config");
         bed.ok(&["boot", "keygen", "--out", &bed.ps("keys")]);
-        bed.ok(&[
+        bed.sign_b();
+        bed
+    }
+
+    /// `anode boot sign` of node b's chain (policy refuse) into DIR/boot;
+    /// its output.
+    fn sign_b(&self) -> String {
+        self.ok(&[
             "boot",
             "sign",
             "--keys",
-            &bed.ps("keys"),
+            &self.ps("keys"),
             "--repo",
-            &bed.ps("repo"),
+            &self.ps("repo"),
             "--node",
             "b",
             "--config",
-            &bed.ps("tb/b/node.toml"),
+            &self.ps("tb/b/node.toml"),
             "--base",
-            &bed.ps("tb"),
+            &self.ps("tb"),
             "--binary",
-            &bed.ps("fake-anode"),
+            &self.ps("fake-anode"),
             "--install",
-            &bed.ps("boot"),
+            &self.ps("boot"),
             "--policy",
             "refuse",
-        ]);
-        bed
+        ])
+    }
+
+    /// Verifies node b's chain now (what `anode node --boot` does first).
+    fn verify_b(&self) -> anode_boot::fsio::NodeBoot {
+        let cfg = self.p("tb/b/node.toml");
+        anode_boot::fsio::boot_node(
+            &self.p("boot"),
+            cfg.parent().expect("dir"),
+            std::time::SystemTime::now(),
+            false,
+            Vec::new(),
+        )
+        .expect("boot")
+    }
+
+    /// Binds node b's daemon from the chain `nb` verified, as `anode node
+    /// --boot` does: the config and every file it names from the chain.
+    fn bind_b(&self, nb: anode_boot::fsio::NodeBoot) -> anode_daemon::Daemon {
+        let cfg = self.p("tb/b/node.toml");
+        let loaded =
+            anode_daemon::load_config_from(&cfg, anode_daemon::StartFiles::Chain(&nb)).expect("config from the chain");
+        let opts = anode_daemon::Options { boot: Some(std::sync::Arc::new(nb)), ..Default::default() };
+        anode_daemon::Daemon::bind(&loaded.config, loaded.topology.as_ref(), &opts).expect("bind")
+    }
+
+    /// Binds node b's daemon without the chain (files read from their
+    /// paths); the error it must stop with.
+    fn bind_b_without_chain(&self) -> anode_daemon::DaemonError {
+        let plain = anode_daemon::load_config(&self.p("tb/b/node.toml")).expect("config");
+        anode_daemon::Daemon::bind(&plain.config, plain.topology.as_ref(), &anode_daemon::Options::default())
+            .map(|_| ())
+            .expect_err("a daemon from the swapped files")
     }
 
     fn p(&self, x: &str) -> PathBuf {
@@ -407,14 +445,7 @@ fn a_switchlet_is_recovered_from_a_peer_node_over_its_sa() {
 fn the_node_uses_the_verified_bytes_not_a_file_swapped_after_verification() {
     let bed = Bed::new("swap");
     let cfg = bed.p("tb/b/node.toml");
-    let nb = anode_boot::fsio::boot_node(
-        &bed.p("boot"),
-        cfg.parent().expect("dir"),
-        std::time::SystemTime::now(),
-        false,
-        Vec::new(),
-    )
-    .expect("boot");
+    let nb = bed.verify_b();
     // Swapped after verification: another address, another module, another key.
     let good = std::fs::read_to_string(&cfg).expect("config");
     std::fs::write(&cfg, good.replace("10.0.0.2", "10.0.0.9")).expect("swap config");
@@ -471,49 +502,17 @@ fn monitoring_modules_at_start_are_the_verified_bytes_of_layer_5() {
         ),
     )
     .expect("config");
-    let out = bed.ok(&[
-        "boot",
-        "sign",
-        "--keys",
-        &bed.ps("keys"),
-        "--repo",
-        &bed.ps("repo"),
-        "--node",
-        "b",
-        "--config",
-        &cfg.display().to_string(),
-        "--base",
-        &bed.ps("tb"),
-        "--binary",
-        &bed.ps("fake-anode"),
-        "--install",
-        &bed.ps("boot"),
-        "--policy",
-        "refuse",
-    ]);
+    let out = bed.sign_b();
     assert!(out.contains("monitor"), "{out}");
-    let nb = anode_boot::fsio::boot_node(
-        &bed.p("boot"),
-        cfg.parent().expect("dir"),
-        std::time::SystemTime::now(),
-        false,
-        Vec::new(),
-    )
-    .expect("boot");
+    let nb = bed.verify_b();
     // Swapped after verification: the daemon loads the verified bytes.
     std::fs::write(bed.p("tb/mods/count.wasm"), b"not wasm").expect("swap module");
-    let files = anode_daemon::StartFiles::Chain(&nb);
-    let loaded = anode_daemon::load_config_from(&cfg, files).expect("config from the chain");
-    let opts = anode_daemon::Options { boot: Some(std::sync::Arc::new(nb)), ..Default::default() };
-    let d = anode_daemon::Daemon::bind(&loaded.config, loaded.topology.as_ref(), &opts).expect("bind");
+    let d = bed.bind_b(nb);
     let tap = d.node().tap_json();
     assert_eq!(tap["modules"].as_array().map(Vec::len), Some(1), "the verified module is on the tap: {tap}");
     drop(d);
     // Without the chain the swapped file is read, and refused.
-    let plain = anode_daemon::load_config(&cfg).expect("config");
-    let e = anode_daemon::Daemon::bind(&plain.config, plain.topology.as_ref(), &anode_daemon::Options::default())
-        .map(|_| ())
-        .expect_err("the swapped module");
+    let e = bed.bind_b_without_chain();
     assert!(e.to_string().contains("count.wasm"), "{e}");
 }
 
@@ -549,49 +548,17 @@ fn pods_at_start_are_the_verified_bytes_of_layer_5() {
         format!("{c}\n[[modules.pod]]\nfile = \"../mods/vault.wasm\"\ncredential = \"../mods/vault.cred\"\nname = \"vault\"\n"),
     )
     .expect("config");
-    let out = bed.ok(&[
-        "boot",
-        "sign",
-        "--keys",
-        &bed.ps("keys"),
-        "--repo",
-        &bed.ps("repo"),
-        "--node",
-        "b",
-        "--config",
-        &cfg.display().to_string(),
-        "--base",
-        &bed.ps("tb"),
-        "--binary",
-        &bed.ps("fake-anode"),
-        "--install",
-        &bed.ps("boot"),
-        "--policy",
-        "refuse",
-    ]);
+    let out = bed.sign_b();
     assert!(out.contains("vault.wasm"), "{out}");
-    let nb = anode_boot::fsio::boot_node(
-        &bed.p("boot"),
-        cfg.parent().expect("dir"),
-        std::time::SystemTime::now(),
-        false,
-        Vec::new(),
-    )
-    .expect("boot");
+    let nb = bed.verify_b();
     // Swapped after verification: the daemon loads the verified bytes.
     std::fs::write(bed.p("tb/mods/vault.wasm"), b"not wasm").expect("swap pod");
-    let files = anode_daemon::StartFiles::Chain(&nb);
-    let loaded = anode_daemon::load_config_from(&cfg, files).expect("config from the chain");
-    let opts = anode_daemon::Options { boot: Some(std::sync::Arc::new(nb)), ..Default::default() };
-    let d = anode_daemon::Daemon::bind(&loaded.config, loaded.topology.as_ref(), &opts).expect("bind");
+    let d = bed.bind_b(nb);
     let list = d.node().modules_list_json();
     let pods = list.as_array().map(|a| a.iter().filter(|m| m["kind"] == "pod").count());
     assert_eq!(pods, Some(1), "the verified pod is loaded: {list}");
     drop(d);
     // Without the chain the swapped file is read, and refused.
-    let plain = anode_daemon::load_config(&cfg).expect("config");
-    let e = anode_daemon::Daemon::bind(&plain.config, plain.topology.as_ref(), &anode_daemon::Options::default())
-        .map(|_| ())
-        .expect_err("the swapped pod");
+    let e = bed.bind_b_without_chain();
     assert!(e.to_string().contains("vault.wasm"), "{e}");
 }
