@@ -46,30 +46,7 @@ fn a_pod_from_the_config_is_loaded_at_start_and_listed_and_a_refused_one_stops_t
     drop(line);
     // A credential without the `pod` interface: the node does not start, and says why.
     let bad = cred("nopod.cred", &[Interface::Log]);
-    let port = common::free_ports(1)[0];
-    let file = s.0.join("refused.toml");
-    std::fs::write(
-        &file,
-        format!(
-            "address = \"10.0.0.9\"\nrun_dir = \"{}\"\n[[interface]]\nname = \"x\"\nlisten = \"127.0.0.1:{port}\"\n{}",
-            s.0.join("run").display(),
-            modules(&bad)
-        ),
-    )
-    .unwrap();
-    let mut child = Command::new(ANODE)
-        .args(["node", "--config"])
-        .arg(&file)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let exited = common::eventually(20.0, || child.try_wait().unwrap().is_some());
-    if !exited {
-        let _ = child.kill();
-    }
-    let o = child.wait_with_output().unwrap();
-    assert!(exited && !o.status.success(), "{}", text(&o));
+    let o = common::node_refuses_to_start(&s.0, &modules(&bad));
     assert!(text(&o).contains("pod ") && text(&o).contains("seed-0.wasm"), "{}", text(&o));
 }
 

@@ -572,30 +572,7 @@ fn sessions_from_the_config_open_at_start_and_a_refused_one_stops_the_start() {
     );
     drop(line);
     // Above the credential: the node does not start, and says why.
-    let file = s.0.join("refused.toml");
-    let port = common::free_ports(1)[0];
-    std::fs::write(
-        &file,
-        format!(
-            "address = \"10.0.0.9\"\nrun_dir = \"{}\"\n[[interface]]\nname = \"x\"\nlisten = \"127.0.0.1:{port}\"\n{}",
-            s.0.join("run").display(),
-            modules("2ms/4ms")
-        ),
-    )
-    .unwrap();
-    let mut child = Command::new(ANODE)
-        .args(["node", "--config"])
-        .arg(&file)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let exited = common::eventually(20.0, || child.try_wait().unwrap().is_some());
-    if !exited {
-        let _ = child.kill();
-    }
-    let o = child.wait_with_output().unwrap();
-    assert!(exited && !o.status.success(), "{}", text(&o));
+    let o = common::node_refuses_to_start(&s.0, &modules("2ms/4ms"));
     assert!(text(&o).contains("[[modules.session]] #0") && text(&o).contains("Credential"), "{}", text(&o));
 }
 

@@ -318,3 +318,34 @@ pub fn eventually(secs: f64, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Starts `anode node` on a one-interface node at 10.0.0.9 whose config
+/// ends with `tail` (e.g. a `[modules]` section), in `dir`, where it must
+/// refuse to start: waits for it to exit (killing it after 20 s) and
+/// asserts that it exited, with a failure. Its output, for the reason.
+pub fn node_refuses_to_start(dir: &Path, tail: &str) -> Output {
+    let file = dir.join("refused.toml");
+    let port = free_ports(1)[0];
+    std::fs::write(
+        &file,
+        format!(
+            "address = \"10.0.0.9\"\nrun_dir = \"{}\"\n[[interface]]\nname = \"x\"\nlisten = \"127.0.0.1:{port}\"\n{tail}",
+            dir.join("run").display()
+        ),
+    )
+    .expect("config");
+    let mut child = Command::new(ANODE)
+        .args(["node", "--config"])
+        .arg(&file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("anode node");
+    let exited = eventually(20.0, || child.try_wait().expect("wait").is_some());
+    if !exited {
+        let _ = child.kill();
+    }
+    let o = child.wait_with_output().expect("output");
+    assert!(exited && !o.status.success(), "{}", text(&o));
+    o
+}
