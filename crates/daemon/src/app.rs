@@ -17,7 +17,6 @@
 //! [`LocalLimits::max_clients`] clients are connected at once.
 
 use crate::daemon::{Daemon, LocalStats};
-use crate::udp::send_transmits;
 use crate::{APP_BATCH, TOKEN_APP_CLIENT, interest};
 use anode_node::core::{Node, Outbox};
 use anode_node::counters::{Counters, DROP_NAMES, Drop};
@@ -463,16 +462,8 @@ impl Daemon {
         self.reply(slot, &bytes);
         // Reply first, then what the request produced (a ping to this node
         // itself gets OK, then DELIVER).
+        self.transmit(crate::udp::Outs::Inject);
         let outs = std::slice::from_ref(&self.inject_out);
-        send_transmits(
-            &self.udp,
-            &mut self.tx_hdrs,
-            &mut self.node,
-            &mut self.droplog,
-            &mut self.frag,
-            outs,
-            &self.no_input,
-        );
         let mut local = Local { clients: &mut self.clients, epoll: &self.epoll, stats: &mut self.stats };
         local.deliver(&mut self.node, &mut self.msg, outs, &self.no_input);
         self.inject_out.clear();

@@ -573,6 +573,7 @@ impl Daemon {
             o.insert("uptime_s".into(), json!(self.started.elapsed().as_secs_f64()));
             o.insert("mtu".into(), json!(self.cfg.mtu));
             o.insert("fragments".into(), self.frag.status());
+            o.insert("io".into(), self.offload.status());
             o.insert("pid".into(), json!(std::process::id()));
             o.insert("run_dir".into(), json!(self.run_dir.display().to_string()));
             o.insert("version".into(), json!(env!("CARGO_PKG_VERSION")));

@@ -6,7 +6,6 @@ use crate::control::{Conn, Listener};
 use crate::droplog::DropLog;
 use crate::files::{SocketFiles, StartFiles, bind_socket, prepare_run_dir, run_dir_of};
 use crate::udp::Rx;
-use crate::udp::send_transmits;
 use crate::{
     APP_SOCKET, BATCH, CONTROL_SOCKET, DROP_LOG_INTERVAL, DaemonError, MAX_DATAGRAM, TOKEN_APP, TOKEN_APP_CLIENT,
     TOKEN_CONN, TOKEN_CONTROL, TOKEN_METRICS, TOKEN_METRICS_CONN, TOKEN_SIGNAL, TOKEN_STOP, TOKEN_TIMER,
@@ -151,6 +150,8 @@ pub struct Daemon {
     pub(crate) no_input: [Vec<u8>; 1],
     /// Link-layer fragmentation and reassembly (`[node] link_mtu`).
     pub(crate) frag: crate::frag::Frag,
+    /// UDP GSO and GRO per interface (`[io]`), and the I/O counters.
+    pub(crate) offload: crate::offload::Offload,
     pub(crate) app_buf: Vec<u8>,
     pub(crate) msg: Vec<u8>,
     pub(crate) started: Instant,
@@ -322,6 +323,8 @@ impl Daemon {
             info!(repository = %repo.display(), "serving boot recovery to peers over their SAs");
         }
         let (udp, listen) = bind_interfaces(cfg)?;
+        let names: Vec<String> = cfg.interfaces.iter().map(|i| i.name.clone()).collect();
+        let offload = crate::offload::Offload::setup(&udp, &names, &cfg.io);
         let metrics = bind_metrics(cfg)?;
         let signals = if opts.signals { Some(signal_fd()?) } else { None };
         let (run_dir, app, control, socket_files) = local_sockets(cfg)?;
@@ -352,10 +355,12 @@ impl Daemon {
         let blen = recv_buffer_len(cfg.mtu).max(MAX_DATAGRAM);
         let mut d = Daemon {
             rx: Rx {
+                raw: std::array::from_fn(|_| vec![0; blen]),
+                got: [crate::mmsg::Received::default(); BATCH],
+                mmsg: crate::mmsg::RecvMmsg::new(),
                 bufs: std::array::from_fn(|_| vec![0; blen]),
                 lens: [0; BATCH],
                 outs: std::array::from_fn(|_| Outbox::preallocated()),
-                hdrs: MultiHeaders::preallocate(BATCH, None),
                 froms: [None; BATCH],
                 spent: [0; BATCH],
                 shares: Vec::with_capacity(4),
@@ -388,6 +393,7 @@ impl Daemon {
             timer_out: Outbox::default(),
             no_input: [Vec::new()],
             frag: crate::frag::Frag::new(cfg.link_mtu),
+            offload,
             app_buf: vec![0; local::MAX_MESSAGE + 1],
             msg: Vec::with_capacity(3 + blen),
             charged: false,
@@ -643,16 +649,38 @@ impl Daemon {
         let mut events = [EpollEvent::empty(); 64];
         self.timeouts(Instant::now());
         let mut more = false;
+        // Adaptive polling: after a batch of datagrams the loop polls for
+        // up to `[io] spin_us` before it sleeps, so the next datagram of a
+        // burst or of a ping train costs no wakeup. A wakeup without
+        // datagrams (a timer, a control request) does not spin, so an idle
+        // node sleeps.
+        let spin = Duration::from_micros(self.cfg.io.spin_us);
+        let mut spin_until: Option<Instant> = None;
         while !self.stopping && !self.stopper.flag.load(Ordering::Relaxed) {
             self.arm_timer(Instant::now());
             // With module work runnable, only look at the sockets (network
             // input runs between dispatches), then dispatch again.
-            let wait = if more { EpollTimeout::ZERO } else { EpollTimeout::NONE };
-            let n = match self.epoll.wait(&mut events, wait) {
-                Ok(n) => n,
-                Err(Errno::EINTR) => 0,
-                Err(e) => return Err(DaemonError::Sys { what: "epoll_wait", source: e }),
-            };
+            let mut n = 0;
+            if let (false, Some(until)) = (more, spin_until) {
+                self.offload.counters.spins += 1;
+                loop {
+                    n = wait_events(&self.epoll, &mut events, EpollTimeout::ZERO)?;
+                    if n > 0 {
+                        self.offload.counters.spin_hits += 1;
+                        break;
+                    }
+                    if Instant::now() >= until {
+                        break;
+                    }
+                    std::hint::spin_loop();
+                }
+            }
+            if n == 0 {
+                let wait = if more { EpollTimeout::ZERO } else { EpollTimeout::NONE };
+                n = wait_events(&self.epoll, &mut events, wait)?;
+            }
+            let udp = self.udp.len() as u64;
+            spin_until = (!spin.is_zero() && events[..n].iter().any(|e| e.data() < udp)).then(|| Instant::now() + spin);
             for ev in &events[..n] {
                 match ev.data() {
                     t if t < self.udp.len() as u64 => self.udp_ready(t as usize),
@@ -755,16 +783,8 @@ impl Daemon {
         if !self.timer_out.log.is_empty() {
             debug!(target: "anode::snap", "{}", self.timer_out.log.trim_end());
         }
+        self.transmit(crate::udp::Outs::Timer);
         let outs = std::slice::from_ref(&self.timer_out);
-        send_transmits(
-            &self.udp,
-            &mut self.tx_hdrs,
-            &mut self.node,
-            &mut self.droplog,
-            &mut self.frag,
-            outs,
-            &[Vec::new()],
-        );
         let mut local = crate::app::Local { clients: &mut self.clients, epoll: &self.epoll, stats: &mut self.stats };
         local.deliver(&mut self.node, &mut self.msg, outs, &[Vec::new()]);
     }
@@ -825,6 +845,15 @@ impl Daemon {
 /// received in it (ns), the part that was slack, and whether the VP was
 /// idle for part of it.
 pub const PERIOD_LOG_HEADER: &str = "vp,session,start_ns,end_ns,slice_ns,received_ns,slack_ns,idle";
+
+/// `epoll_wait`, with EINTR as no events.
+fn wait_events(epoll: &Epoll, events: &mut [EpollEvent], wait: EpollTimeout) -> Result<usize, DaemonError> {
+    match epoll.wait(events, wait) {
+        Ok(n) => Ok(n),
+        Err(Errno::EINTR) => Ok(0),
+        Err(e) => Err(DaemonError::Sys { what: "epoll_wait", source: e }),
+    }
+}
 
 /// Whether a datagram waits on any of `fds` (one `poll`, no wait).
 fn input_waiting(fds: &mut [nix::poll::PollFd<'_>]) -> bool {

@@ -6,21 +6,29 @@ use crate::app::Local;
 use crate::daemon::Daemon;
 use crate::droplog::DropLog;
 use crate::frag::Frag;
+use crate::mmsg::{Received, RecvMmsg};
+use crate::offload::{IoCounters, Offload, gso_run};
 use anode_node::core::{Node, Outbox, Owner};
 use nix::errno::Errno;
-use nix::sys::socket::{ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg};
-use std::io::{IoSlice, IoSliceMut};
+use nix::sys::socket::{ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage, sendmmsg};
+use std::io::IoSlice;
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::time::Instant;
 use tracing::{debug, info};
 
-/// Receive side of the data path: the batch buffers and their outboxes.
+/// Receive side of the data path: what `recvmmsg` filled, the batch
+/// slots the core works on, and their outboxes.
 pub(crate) struct Rx {
+    /// `recvmmsg`'s buffers: one datagram each, or a GRO run.
+    pub(crate) raw: [Vec<u8>; BATCH],
+    /// What each of them holds.
+    pub(crate) got: [Received; BATCH],
+    pub(crate) mmsg: RecvMmsg,
+    /// The slots: one datagram each, handled in place.
     pub(crate) bufs: [Vec<u8>; BATCH],
     pub(crate) lens: [usize; BATCH],
     pub(crate) outs: [Outbox; BATCH],
-    pub(crate) hdrs: MultiHeaders<SockaddrStorage>,
     pub(crate) froms: [Option<SocketAddr>; BATCH],
     /// Wall time each datagram of the batch took in the core, ns (with
     /// RCANE on), to split the batch's CPU among owners.
@@ -80,11 +88,36 @@ pub(crate) fn split_batch(used: u64, outs: &[Outbox], lens: &[usize], spent: &[u
     }
 }
 
+/// Where a batch's transmissions come from, for [`Daemon::transmit`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Outs {
+    /// The first `k` slots of the receive batch.
+    Rx(usize),
+    /// What an application request produced.
+    Inject,
+    /// What timers and module dispatches produced.
+    Timer,
+}
+
+/// What sending needs besides the datagrams: the sockets, the send
+/// headers, fragmentation, the offloads and where results are counted.
+pub(crate) struct Tx<'a> {
+    pub(crate) udp: &'a [UdpSocket],
+    pub(crate) hdrs: &'a mut MultiHeaders<SockaddrStorage>,
+    pub(crate) node: &'a mut Node,
+    pub(crate) droplog: &'a mut DropLog,
+    pub(crate) frag: &'a mut Frag,
+    pub(crate) off: &'a mut Offload,
+}
+
 impl Daemon {
-    /// Handles one batch from interface `iface`: recvmmsg, the core, then
-    /// sendmmsg per outgoing interface and the deliveries.
+    /// Handles what one interface has waiting: one `recvmmsg`, whose
+    /// datagrams (GRO runs cut apart) go through the core [`BATCH`] at a
+    /// time, each batch's transmissions sent and deliveries made before the
+    /// next.
     pub(crate) fn udp_ready(&mut self, iface: usize) {
-        let n = match recv_batch(&self.udp[iface], &mut self.rx) {
+        let Rx { mmsg, raw, got, .. } = &mut self.rx;
+        let n = match mmsg.recv(self.udp[iface].as_fd(), raw, got) {
             Ok(n) => n,
             Err(Errno::EAGAIN | Errno::EINTR) => return,
             Err(e) => {
@@ -94,12 +127,22 @@ impl Daemon {
                 return;
             }
         };
+        let mut at = (0, 0);
+        while at.0 < n {
+            let k = self.rx.fill(n, &mut at, &mut self.offload.counters);
+            self.handle_slots(iface, k);
+        }
+    }
+
+    /// Runs the first `k` slots of the receive batch through the core, then
+    /// sends, delivers and charges what they produced.
+    fn handle_slots(&mut self, iface: usize, k: usize) {
         let now_ms = self.now_ms();
         let rcane = self.node.rcane_on();
         let Rx { bufs, lens, outs, froms, spent, .. } = &mut self.rx;
         let cpu0 = if rcane { crate::daemon::thread_cpu_ns() } else { 0 };
         let mut t = rcane.then(Instant::now);
-        for i in 0..n {
+        for i in 0..k {
             outs[i].clear();
             // A fragment is held until its datagram is whole, which is then
             // handled in its place (the buffer holds up to 64 KiB).
@@ -133,17 +176,9 @@ impl Daemon {
                 *t0 = t1;
             }
         }
-        send_transmits(
-            &self.udp,
-            &mut self.tx_hdrs,
-            &mut self.node,
-            &mut self.droplog,
-            &mut self.frag,
-            &outs[..n],
-            &bufs[..n],
-        );
+        self.transmit(Outs::Rx(k));
         let mut local = Local { clients: &mut self.clients, epoll: &self.epoll, stats: &mut self.stats };
-        local.deliver(&mut self.node, &mut self.msg, &outs[..n], &bufs[..n]);
+        local.deliver(&mut self.node, &mut self.msg, &self.rx.outs[..k], &self.rx.bufs[..k]);
         if rcane {
             // Network input runs between dispatches, for Best-Effort (SNAP,
             // forwarding), System (handshakes, keepalives, control requests)
@@ -152,45 +187,73 @@ impl Daemon {
             // per batch) is split among them by each datagram's wall time.
             let used = crate::daemon::thread_cpu_ns().saturating_sub(cpu0);
             let Rx { lens, outs, spent, shares, .. } = &mut self.rx;
-            split_batch(used, &outs[..n], &lens[..n], &spent[..n], shares);
+            split_batch(used, &outs[..k], &lens[..k], &spent[..k], shares);
             for s in shares.iter() {
                 self.node.charge_outside(s.owner, s.ns, s.packets, s.bytes);
             }
             self.charged = true;
         }
     }
+
+    /// Sends the transmissions of `from`'s outboxes.
+    pub(crate) fn transmit(&mut self, from: Outs) {
+        let (outs, bufs): (&[Outbox], &[Vec<u8>]) = match from {
+            Outs::Rx(k) => (self.rx.outs.get(..k).unwrap_or(&[]), self.rx.bufs.get(..k).unwrap_or(&[])),
+            Outs::Inject => (std::slice::from_ref(&self.inject_out), &self.no_input),
+            Outs::Timer => (std::slice::from_ref(&self.timer_out), &self.no_input),
+        };
+        let mut tx = Tx {
+            udp: &self.udp,
+            hdrs: &mut self.tx_hdrs,
+            node: &mut self.node,
+            droplog: &mut self.droplog,
+            frag: &mut self.frag,
+            off: &mut self.offload,
+        };
+        send_transmits(&mut tx, outs, bufs);
+    }
 }
 
-/// Reads one batch of datagrams into `rx.bufs`, their lengths into
-/// `rx.lens`; returns how many.
-pub(crate) fn recv_batch(sock: &UdpSocket, rx: &mut Rx) -> Result<usize, Errno> {
-    let Rx { bufs, lens, hdrs, froms, .. } = rx;
-    let mut iovs: [[IoSliceMut<'_>; 1]; BATCH] = bufs.each_mut().map(|b| [IoSliceMut::new(b.as_mut_slice())]);
-    let msgs = recvmmsg(sock.as_raw_fd(), hdrs, iovs.iter_mut(), MsgFlags::MSG_DONTWAIT, None)?;
-    let mut n = 0;
-    for ((m, l), f) in msgs.zip(lens.iter_mut()).zip(froms.iter_mut()) {
-        // A datagram longer than the buffer arrives truncated (MSG_TRUNC);
-        // its ANEP length then disagrees and the core drops it.
-        *l = m.bytes;
-        *f = m.address.and_then(|a| a.as_sockaddr_in().map(|s| SocketAddr::V4((*s).into())));
-        n += 1;
+impl Rx {
+    /// Moves the next datagrams of the `n` received, from `at` (message,
+    /// offset in it) on, into the batch slots, at most [`BATCH`]; returns
+    /// how many. A message that is one datagram changes places with the
+    /// slot's buffer (no copy); a GRO run is cut into its datagrams, each
+    /// copied into a slot.
+    pub(crate) fn fill(&mut self, n: usize, at: &mut (usize, usize), c: &mut IoCounters) -> usize {
+        let mut k = 0;
+        while k < BATCH && at.0 < n {
+            let m = at.0;
+            let Received { len, seg, from } = self.got[m];
+            self.froms[k] = from;
+            if at.1 == 0 && (seg == 0 || seg >= len) {
+                std::mem::swap(&mut self.raw[m], &mut self.bufs[k]);
+                self.lens[k] = len;
+                *at = (m + 1, 0);
+            } else {
+                if at.1 == 0 {
+                    c.gro_receives += 1;
+                }
+                let end = at.1.saturating_add(seg).min(len);
+                let piece = self.raw[m].get(at.1..end).unwrap_or(&[]);
+                let l = piece.len().min(self.bufs[k].len());
+                self.bufs[k][..l].copy_from_slice(&piece[..l]);
+                self.lens[k] = l;
+                c.gro_datagrams += 1;
+                *at = if end >= len { (m + 1, 0) } else { (m, end) };
+            }
+            k += 1;
+        }
+        k
     }
-    Ok(n)
 }
 
 /// Sends every transmission of `outs` (the outbox of datagram `i` points
-/// into `bufs[i]`), grouped by interface, [`BATCH`] per `sendmmsg`.
-pub(crate) fn send_transmits(
-    udp: &[UdpSocket],
-    hdrs: &mut MultiHeaders<SockaddrStorage>,
-    node: &mut Node,
-    droplog: &mut DropLog,
-    frag: &mut Frag,
-    outs: &[Outbox],
-    bufs: &[Vec<u8>],
-) {
+/// into `bufs[i]`), grouped by interface, [`BATCH`] per `sendmmsg` or a
+/// GSO run per `sendmsg`.
+pub(crate) fn send_transmits(tx: &mut Tx<'_>, outs: &[Outbox], bufs: &[Vec<u8>]) {
     let mut pieces: Vec<Vec<u8>> = Vec::new();
-    for (iface, sock) in udp.iter().enumerate() {
+    for (iface, sock) in tx.udp.iter().enumerate() {
         let mut iovs = [[IoSlice::new(&[])]; BATCH];
         let mut addrs: [Option<SockaddrStorage>; BATCH] = [None; BATCH];
         let mut k = 0;
@@ -198,7 +261,7 @@ pub(crate) fn send_transmits(
         for (out, buf) in outs.iter().zip(bufs) {
             for t in out.transmits.iter().filter(|t| t.iface == iface) {
                 let bytes = out.bytes(&t.data, buf);
-                if frag.too_long(bytes.len()) {
+                if tx.frag.too_long(bytes.len()) {
                     oversize = true;
                     continue;
                 }
@@ -206,13 +269,13 @@ pub(crate) fn send_transmits(
                 addrs[k] = Some(SockaddrStorage::from(t.to));
                 k += 1;
                 if k == BATCH {
-                    send_chunk(sock, iface, hdrs, node, droplog, &iovs[..k], &addrs[..k]);
+                    send_chunk(tx, sock, iface, &iovs[..k], &addrs[..k]);
                     k = 0;
                 }
             }
         }
         if k > 0 {
-            send_chunk(sock, iface, hdrs, node, droplog, &iovs[..k], &addrs[..k]);
+            send_chunk(tx, sock, iface, &iovs[..k], &addrs[..k]);
         }
         // Datagrams longer than the link's MTU, as fragments (the slow path:
         // capsules with their code, control messages), in a second pass only
@@ -223,13 +286,13 @@ pub(crate) fn send_transmits(
         for (out, buf) in outs.iter().zip(bufs) {
             for t in out.transmits.iter().filter(|t| t.iface == iface) {
                 let bytes = out.bytes(&t.data, buf);
-                if !frag.too_long(bytes.len()) {
+                if !tx.frag.too_long(bytes.len()) {
                     continue;
                 }
                 pieces.clear();
-                if frag.split(bytes, &mut pieces) == 0 {
-                    node.count_tx(iface, bytes.len(), false);
-                    droplog.tx_error = Some(format!("a datagram of {} bytes cannot be fragmented", bytes.len()));
+                if tx.frag.split(bytes, &mut pieces) == 0 {
+                    tx.node.count_tx(iface, bytes.len(), false);
+                    tx.droplog.tx_error = Some(format!("a datagram of {} bytes cannot be fragmented", bytes.len()));
                     continue;
                 }
                 for chunk in pieces.chunks(BATCH) {
@@ -239,7 +302,7 @@ pub(crate) fn send_transmits(
                         iovs[j] = [IoSlice::new(p)];
                         addrs[j] = Some(SockaddrStorage::from(t.to));
                     }
-                    send_chunk(sock, iface, hdrs, node, droplog, &iovs[..chunk.len()], &addrs[..chunk.len()]);
+                    send_chunk(tx, sock, iface, &iovs[..chunk.len()], &addrs[..chunk.len()]);
                 }
             }
         }
@@ -247,18 +310,54 @@ pub(crate) fn send_transmits(
     // Transmissions naming an interface that does not exist cannot happen
     // (the core only routes to configured neighbours), but count them.
     for out in outs {
-        for t in out.transmits.iter().filter(|t| t.iface >= udp.len()) {
-            node.count_tx(t.iface, 0, false);
+        for t in out.transmits.iter().filter(|t| t.iface >= tx.udp.len()) {
+            tx.node.count_tx(t.iface, 0, false);
         }
     }
 }
 
+/// Sends one chunk of datagrams on `iface`: each GSO run (see
+/// [`gso_run`]) in one `sendmsg` where the interface has GSO, the
+/// datagrams between runs by `sendmmsg`.
 pub(crate) fn send_chunk(
+    tx: &mut Tx<'_>,
     sock: &UdpSocket,
     iface: usize,
-    hdrs: &mut MultiHeaders<SockaddrStorage>,
-    node: &mut Node,
-    droplog: &mut DropLog,
+    iovs: &[[IoSlice<'_>; 1]],
+    addrs: &[Option<SockaddrStorage>],
+) {
+    let mut start = 0;
+    while start < iovs.len() {
+        let max = tx.off.gso(iface);
+        let r = if max > 1 { gso_run(&iovs[start..], &addrs[start..], max) } else { 1 };
+        if r > 1
+            && let Some(Some(to)) = addrs.get(start)
+            && tx.off.send_run(sock, iface, tx.node, tx.droplog, &iovs[start..start + r], to)
+        {
+            start += r;
+            continue;
+        }
+        // Datagram by datagram up to where the next run starts (all of
+        // them when GSO is off or the kernel refused this run).
+        let mut end = start + r.max(1);
+        if tx.off.gso(iface) > 1 {
+            while end < iovs.len() && gso_run(&iovs[end..], &addrs[end..], 2) < 2 {
+                end += 1;
+            }
+        } else {
+            end = iovs.len();
+        }
+        send_each(tx, sock, iface, &iovs[start..end], &addrs[start..end]);
+        start = end;
+    }
+}
+
+/// `sendmmsg` of `iovs`, [`BATCH`] at most; a datagram the kernel refuses
+/// is counted and dropped.
+fn send_each(
+    tx: &mut Tx<'_>,
+    sock: &UdpSocket,
+    iface: usize,
     iovs: &[[IoSlice<'_>; 1]],
     addrs: &[Option<SockaddrStorage>],
 ) {
@@ -268,12 +367,12 @@ pub(crate) fn send_chunk(
         let no_cmsgs: [ControlMessage<'_>; 0] = [];
         // The result iterator yields one item per message sent; only the
         // count matters here.
-        let r = sendmmsg(fd, hdrs, iovs[start..].iter(), &addrs[start..], no_cmsgs, MsgFlags::MSG_DONTWAIT)
+        let r = sendmmsg(fd, tx.hdrs, iovs[start..].iter(), &addrs[start..], no_cmsgs, MsgFlags::MSG_DONTWAIT)
             .map(Iterator::count);
         match r {
             Ok(sent) if sent > 0 => {
                 for io in &iovs[start..start + sent] {
-                    node.count_tx(iface, io[0].len(), true);
+                    tx.node.count_tx(iface, io[0].len(), true);
                 }
                 start += sent;
             }
@@ -282,8 +381,8 @@ pub(crate) fn send_chunk(
                 // The first message was refused (e.g. EAGAIN: the socket
                 // buffer is full). Drop it, as a router would, and go on.
                 let e = other.err().unwrap_or(Errno::EAGAIN);
-                node.count_tx(iface, iovs[start][0].len(), false);
-                droplog.tx_error = Some(format!("{e} (to {:?})", addrs[start].map(|a| a.to_string())));
+                tx.node.count_tx(iface, iovs[start][0].len(), false);
+                tx.droplog.tx_error = Some(format!("{e} (to {:?})", addrs[start].map(|a| a.to_string())));
                 start += 1;
             }
         }
@@ -351,5 +450,165 @@ mod tests {
         assert_eq!(share(&shares, Owner::BestEffort).ns, 67);
         split_batch(0, &[], &[], &[], &mut shares);
         assert!(shares.is_empty());
+    }
+}
+
+/// GSO and GRO through a real daemon on loopback: its receive and send
+/// paths driven by hand (`udp_ready`), without the event loop.
+#[cfg(test)]
+mod offload_tests {
+    use crate::daemon::{Daemon, Options};
+    use anode_node::anep;
+    use anode_node::config::NodeConfig;
+    use nix::sys::socket::{ControlMessage, MsgFlags, SockaddrStorage, sendmsg};
+    use std::io::IoSlice;
+    use std::net::{SocketAddr, UdpSocket};
+    use std::os::fd::{AsFd, AsRawFd};
+    use std::time::Duration;
+
+    /// b between a (west) and c (east), plain forwarding, `io` as the
+    /// `[io]` section.
+    fn line(io: &str, tag: &str) -> (Daemon, UdpSocket, UdpSocket, SocketAddr) {
+        let a = UdpSocket::bind("127.0.0.1:0").expect("bind a");
+        let c = UdpSocket::bind("127.0.0.1:0").expect("bind c");
+        c.set_read_timeout(Some(Duration::from_millis(500))).expect("timeout");
+        let free: Vec<u16> = [UdpSocket::bind("127.0.0.1:0").expect("p"), UdpSocket::bind("127.0.0.1:0").expect("p")]
+            .iter()
+            .map(|s| s.local_addr().expect("addr").port())
+            .collect();
+        let run_dir = std::env::temp_dir().join(format!("anode-offload-{tag}-{}", std::process::id()));
+        let cfg = NodeConfig::from_toml(&format!(
+            "address = \"10.0.0.2\"\nrun_dir = \"{}\"\n\
+             [[interface]]\nname = \"west\"\nlisten = \"127.0.0.1:{}\"\n\
+             neighbors = [{{ address = \"10.0.0.1\", endpoint = \"{}\" }}]\n\
+             [[interface]]\nname = \"east\"\nlisten = \"127.0.0.1:{}\"\n\
+             neighbors = [{{ address = \"10.0.0.3\", endpoint = \"{}\" }}]\n\
+             [io]\n{io}\n",
+            run_dir.display(),
+            free[0],
+            a.local_addr().expect("a"),
+            free[1],
+            c.local_addr().expect("c"),
+        ))
+        .expect("config");
+        let d = Daemon::bind(&cfg, None, &Options::default()).expect("daemon");
+        let west = d.listen_addrs()[0];
+        (d, a, c, west)
+    }
+
+    /// A plain datagram to c of `len` bytes whose payload is `seq` repeated.
+    fn plain(len: usize, seq: u8) -> Vec<u8> {
+        let mut p = vec![seq; len];
+        let plen = len - anep::HEADER_LEN;
+        anep::write_header(&mut p, anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_PLAIN, plen);
+        anode_node::plain::Repr {
+            dst: "10.0.0.3".parse().expect("addr"),
+            src: "10.0.0.1".parse().expect("addr"),
+            ttl: 8,
+            port: 9,
+        }
+        .emit(&mut p[anep::HEADER_LEN..])
+        .expect("header room");
+        p
+    }
+
+    /// Sends `dgrams` from `a` to `to` as one GSO run (the last may be
+    /// shorter).
+    fn send_run(a: &UdpSocket, to: SocketAddr, dgrams: &[Vec<u8>]) {
+        let iovs: Vec<IoSlice<'_>> = dgrams.iter().map(|d| IoSlice::new(d)).collect();
+        let seg = dgrams[0].len() as u16;
+        let cmsg = [ControlMessage::UdpGsoSegments(&seg)];
+        let to = SockaddrStorage::from(to);
+        sendmsg(a.as_raw_fd(), &iovs, &cmsg, MsgFlags::empty(), Some(&to)).expect("GSO send from a");
+    }
+
+    /// Runs b's receive path until `want` datagrams reached c (or a
+    /// second passed); returns them.
+    fn forward(d: &mut Daemon, c: &UdpSocket, want: usize) -> Vec<Vec<u8>> {
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 70_000];
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while got.len() < want && std::time::Instant::now() < deadline {
+            d.udp_ready(0);
+            c.set_nonblocking(true).expect("nonblocking");
+            while let Ok((n, _)) = c.recv_from(&mut buf) {
+                got.push(buf[..n].to_vec());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        got
+    }
+
+    /// The 20 datagrams a sends: 19 of 300 bytes and a last of 120.
+    fn burst() -> Vec<Vec<u8>> {
+        (0..20u8).map(|i| plain(if i == 19 { 120 } else { 300 }, i + 1)).collect()
+    }
+
+    /// What c must receive for `sent`: each datagram with its TTL lowered.
+    fn check(sent: &[Vec<u8>], got: &[Vec<u8>]) {
+        assert_eq!(got.len(), sent.len(), "every datagram crossed b");
+        for (s, g) in sent.iter().zip(got) {
+            assert_eq!(g.len(), s.len());
+            let p = anode_node::plain::Packet::new_checked(&g[anep::HEADER_LEN..]).expect("a plain header");
+            let r = anode_node::plain::Repr::parse(&p);
+            assert_eq!(r.ttl, 7);
+            let body = anep::HEADER_LEN + anode_node::plain::HEADER_LEN;
+            assert_eq!(g[body..], s[body..], "payloads in order and intact");
+        }
+    }
+
+    #[test]
+    fn a_gso_run_arrives_as_one_gro_receive_is_cut_into_datagrams_and_leaves_as_one_gso_send() {
+        let (mut d, a, c, west) = line("gso = true\ngro = true\nspin_us = 0", "on");
+        let sent = burst();
+        send_run(&a, west, &sent);
+        let got = forward(&mut d, &c, sent.len());
+        check(&sent, &got);
+        let k = d.offload.counters;
+        assert_eq!(k.gro_receives, 1, "{k:?}: loopback hands a GSO run whole to a GRO socket");
+        assert_eq!(k.gro_datagrams, 20, "{k:?}");
+        assert_eq!((k.gso_sends, k.gso_datagrams, k.gso_fallbacks), (1, 20, 0), "{k:?}");
+        assert_eq!(d.node().counters.plain_forwarded, 20);
+    }
+
+    #[test]
+    fn with_the_offloads_off_the_same_datagrams_cross_one_by_one() {
+        let (mut d, a, c, west) = line("gso = false\ngro = false\nspin_us = 0", "off");
+        let sent = burst();
+        send_run(&a, west, &sent);
+        let got = forward(&mut d, &c, sent.len());
+        check(&sent, &got);
+        let k = d.offload.counters;
+        assert_eq!((k.gro_receives, k.gro_datagrams, k.gso_sends, k.gso_datagrams), (0, 0, 0, 0), "{k:?}");
+        assert_eq!(d.node().counters.plain_forwarded, 20);
+    }
+
+    #[test]
+    fn a_gso_run_the_kernel_refuses_is_sent_datagram_by_datagram() {
+        let (mut d, a, c, west) = line("gso = true\ngro = true\nspin_us = 0", "refused");
+        // With SO_NO_CHECK the kernel refuses every GSO send (EINVAL).
+        crate::mmsg::set_no_check(d.udp[1].as_fd()).expect("SO_NO_CHECK");
+        let sent = burst();
+        send_run(&a, west, &sent);
+        let got = forward(&mut d, &c, sent.len());
+        check(&sent, &got);
+        let k = d.offload.counters;
+        assert_eq!((k.gso_sends, k.gso_fallbacks), (0, 1), "{k:?}");
+        assert_eq!(d.node().counters.plain_forwarded, 20);
+    }
+
+    #[test]
+    fn a_gro_run_with_a_malformed_datagram_loses_only_that_datagram() {
+        let (mut d, a, c, west) = line("gso = true\ngro = true\nspin_us = 0", "bad");
+        let mut sent = burst();
+        // Datagram 5 claims a longer ANEP length than its segment.
+        anep::write_header(&mut sent[5], anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_PLAIN, 900);
+        send_run(&a, west, &sent);
+        let got = forward(&mut d, &c, sent.len() - 1);
+        let mut good = sent.clone();
+        good.remove(5);
+        check(&good, &got);
+        assert_eq!(d.offload.counters.gro_datagrams, 20);
+        assert_eq!(d.node().counters.plain_forwarded, 19);
     }
 }

@@ -56,6 +56,12 @@ pub enum ConfigError {
     /// The link MTU is neither 0 (off) nor within 576..=65535.
     #[error("link_mtu {0}: 0 (off) or 576..=65535")]
     BadLinkMtu(usize),
+    /// `[io] spin_us` is above [`MAX_SPIN_US`].
+    #[error("[io] spin_us {0}: at most {MAX_SPIN_US}")]
+    BadSpin(u64),
+    /// `[io] busy_poll_us` is above one second.
+    #[error("[io] busy_poll_us {0}: at most 1000000")]
+    BadBusyPoll(u32),
     /// A topology names a node that does not exist.
     #[error("topology link names unknown node {0:?}")]
     UnknownNode(String),
@@ -272,6 +278,10 @@ fn is_default_mtu(m: &usize) -> bool {
 
 fn is_default_max_rb(r: &u16) -> bool {
     *r == DEFAULT_MAX_RESOURCE_BOUND
+}
+
+fn is_default_io(l: &IoConfig) -> bool {
+    *l == IoConfig::default()
 }
 
 fn is_default_local(l: &LocalConfig) -> bool {
@@ -908,6 +918,36 @@ impl MonitorSection {
     }
 }
 
+/// The `[io]` section: how the daemon moves datagrams (`docs/node.md`,
+/// "Packet I/O"). Every offload falls back to plain batched system calls
+/// where the kernel refuses it, so the defaults are safe everywhere.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IoConfig {
+    /// Send runs of equal-sized datagrams to one neighbour as one UDP GSO
+    /// (`UDP_SEGMENT`) message.
+    pub gso: bool,
+    /// Let the kernel coalesce arriving datagrams (`UDP_GRO`); the daemon
+    /// splits them again before the core sees them.
+    pub gro: bool,
+    /// After a receive batch, poll the sockets without sleeping for this
+    /// long before sleeping in `epoll_wait` (0: sleep at once). Bounded by
+    /// [`MAX_SPIN_US`]; an idle node does not spin.
+    pub spin_us: u64,
+    /// `SO_BUSY_POLL` on the interface sockets, µs (0: off). Only helps on
+    /// devices with NAPI polling; loopback and veth have none.
+    pub busy_poll_us: u32,
+}
+
+/// Largest `[io] spin_us`.
+pub const MAX_SPIN_US: u64 = 10_000;
+
+impl Default for IoConfig {
+    fn default() -> Self {
+        IoConfig { gso: true, gro: true, spin_us: 50, busy_poll_us: 0 }
+    }
+}
+
 /// The `[local]` section: the local application API and the control
 /// socket (see `docs/node.md`, "Local trust model").
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
@@ -1000,6 +1040,9 @@ pub struct NodeConfig {
     /// The local application API and control socket.
     #[serde(default, skip_serializing_if = "is_default_local")]
     pub local: LocalConfig,
+    /// How the daemon moves datagrams: segmentation offload and polling.
+    #[serde(default, skip_serializing_if = "is_default_io")]
+    pub io: IoConfig,
 }
 
 impl NodeConfig {
@@ -1020,6 +1063,7 @@ impl NodeConfig {
             modules: None,
             monitor: None,
             local: LocalConfig::default(),
+            io: IoConfig::default(),
         }
     }
 
@@ -1046,6 +1090,12 @@ impl NodeConfig {
         }
         if self.link_mtu != 0 && !(576..=65_535).contains(&self.link_mtu) {
             return Err(ConfigError::BadLinkMtu(self.link_mtu));
+        }
+        if self.io.spin_us > MAX_SPIN_US {
+            return Err(ConfigError::BadSpin(self.io.spin_us));
+        }
+        if self.io.busy_poll_us > 1_000_000 {
+            return Err(ConfigError::BadBusyPoll(self.io.busy_poll_us));
         }
         if self.max_resource_bound == 0 {
             return Err(ConfigError::BadMaxResourceBound);
