@@ -12,9 +12,22 @@
 //!    daemons per mode, from `a`'s application socket to `c` and back:
 //!    four protected hops per round trip. Pings alternate between modes.
 //!
+//! 3. **The data path (issue 19)**, `ANODE_BENCH_ONLY=datapath`: with
+//!    encryption on, the harness's `a` sends each burst of 32 sealed
+//!    datagrams as one UDP GSO run, as an anode neighbour does, and `c`
+//!    receives with GRO, as an anode neighbour does; through `b` with the
+//!    default `[io]` (GSO, GRO, 50 µs spin), `b` with `[io]` off (plain
+//!    `recvmmsg`/`sendmmsg`, no spin), and a bare relay process
+//!    (`recvmmsg` → `sendmmsg`, 32 at a time, no anode code, no crypto)
+//!    carrying datagrams of the same length. Trials alternate; the
+//!    forwarder's CPU time per packet comes from its `/proc/<pid>/stat`
+//!    (user + system, all its threads).
+//!
 //! `cargo bench -p anode --bench secure`; `ANODE_BENCH_QUICK=1` for a smoke
 //! run. `ANODE_BENCH_TRIAL_S` (default 2), `ANODE_BENCH_REPS` (default 6),
-//! `ANODE_BENCH_PINGS` (default 1000). Results: docs/benchmarks.md, "SANE".
+//! `ANODE_BENCH_PINGS` (default 1000), `ANODE_BENCH_ONLY` (a comma list of
+//! `throughput`, `latency`, `datapath`; default the first two). Results:
+//! docs/benchmarks.md, "SANE" and "Data path".
 
 use anode_daemon::client::Client;
 use anode_node::anep;
@@ -23,7 +36,7 @@ use anode_sec::sa::{AH_LEN, OVERHEAD};
 use anode_sec::{Identity, Links, LinksConfig, Mode, Output, PeerConfig};
 use anode_snap::asm;
 use nix::errno::Errno;
-use nix::sys::socket::{ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage, sendmmsg};
+use nix::sys::socket::{ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage, sendmmsg, sendmsg};
 use serde_json::Value;
 use std::fmt::Write as _;
 use std::io::IoSlice;
@@ -106,10 +119,107 @@ impl Daemon {
     }
 
     fn cpu_secs(&self) -> f64 {
-        let s = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
-        let f: Vec<&str> = s.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-        let t = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
-        (t(11) + t(12)) / 100.0
+        cpu_secs(self.child.id())
+    }
+}
+
+/// User + system CPU seconds of process `pid`, all its threads.
+fn cpu_secs(pid: u32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let f: Vec<&str> = s.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    let t = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+    (t(11) + t(12)) / nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100) as f64
+}
+
+/// A bare relay process: the bench binary re-run with
+/// `ANODE_BENCH_RELAY_TO`, relaying `recvmmsg` → `sendmmsg`, 32 at a time.
+struct Relay {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Relay {
+    fn start(to: SocketAddr) -> Relay {
+        use std::io::BufRead;
+        let mut child = Command::new(std::env::current_exe().expect("own executable"))
+            .env("ANODE_BENCH_RELAY_TO", to.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the relay");
+        let mut line = String::new();
+        let out = child.stdout.take().expect("relay stdout");
+        std::io::BufReader::new(out).read_line(&mut line).expect("relay port");
+        let port: u16 = line.trim().parse().expect("relay port");
+        Relay { child, addr: SocketAddr::from((Ipv4Addr::LOCALHOST, port)) }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The relay process: prints its input port, relays until its parent goes.
+fn relay_main(to: &str) {
+    use nix::sys::socket::recvmmsg;
+    use std::io::IoSliceMut;
+    let to: SocketAddr = to.parse().expect("ANODE_BENCH_RELAY_TO");
+    let input = UdpSocket::bind("127.0.0.1:0").expect("relay input");
+    let output = UdpSocket::bind("127.0.0.1:0").expect("relay output");
+    for s in [&input, &output] {
+        let _ = nix::sys::socket::setsockopt(s, nix::sys::socket::sockopt::RcvBuf, &(4 << 20));
+        let _ = nix::sys::socket::setsockopt(s, nix::sys::socket::sockopt::SndBuf, &(4 << 20));
+    }
+    println!("{}", input.local_addr().expect("addr").port());
+    let parent = nix::unistd::getppid();
+    thread::spawn(move || {
+        while nix::unistd::getppid() == parent {
+            thread::sleep(Duration::from_millis(500));
+        }
+        std::process::exit(0);
+    });
+    let mut bufs = vec![vec![0u8; 2048]; BATCH];
+    let mut lens = [0usize; BATCH];
+    let mut rh = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
+    let mut sh = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
+    let addrs = [Some(SockaddrStorage::from(to)); BATCH];
+    loop {
+        let n = {
+            let mut iovs: Vec<[IoSliceMut<'_>; 1]> = bufs.iter_mut().map(|b| [IoSliceMut::new(b)]).collect();
+            match recvmmsg(input.as_raw_fd(), &mut rh, iovs.iter_mut(), MsgFlags::MSG_WAITFORONE, None) {
+                Ok(msgs) => {
+                    let mut n = 0;
+                    for (m, l) in msgs.zip(lens.iter_mut()) {
+                        *l = m.bytes;
+                        n += 1;
+                    }
+                    n
+                }
+                Err(_) => 0,
+            }
+        };
+        let iovs: Vec<[IoSlice<'_>; 1]> =
+            bufs.iter().zip(&lens).take(n).map(|(b, l)| [IoSlice::new(&b[..*l])]).collect();
+        let none: [ControlMessage<'_>; 0] = [];
+        let _ = sendmmsg(output.as_raw_fd(), &mut sh, iovs.iter(), &addrs[..n], none, MsgFlags::empty());
+    }
+}
+
+/// What forwards a rig's traffic.
+enum Forwarder {
+    Node(Daemon),
+    Relay(Relay),
+}
+
+impl Forwarder {
+    fn cpu_secs(&self) -> f64 {
+        match self {
+            Forwarder::Node(d) => d.cpu_secs(),
+            Forwarder::Relay(r) => cpu_secs(r.child.id()),
+        }
     }
 }
 
@@ -239,23 +349,29 @@ impl Side {
 
 struct Rig {
     mode: Option<Mode>,
-    b: Daemon,
+    label: String,
+    b: Forwarder,
     a: Side,
     b_in: SocketAddr,
+    /// The generator sends each burst as one GSO run.
+    gso: bool,
+    /// Bytes received at the sink (with GRO a receive holds several
+    /// datagrams, all of one length in a trial).
     sink: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     sink_thread: Option<thread::JoinHandle<()>>,
 }
 
 impl Rig {
-    fn start(dir: &Path, mode: Option<Mode>, t0: Instant) -> Rig {
+    /// b in `mode` with `io` as its `[io]` section, named `tag`; the
+    /// generator sends GSO runs when `gso`.
+    fn start(dir: &Path, mode: Option<Mode>, t0: Instant, tag: &str, io: &str, gso: bool) -> Rig {
         let (sa, sc) = (UdpSocket::bind("127.0.0.1:0").expect("a"), UdpSocket::bind("127.0.0.1:0").expect("c"));
         let (ea, ec) = (sa.local_addr().expect("a"), sc.local_addr().expect("c"));
         let ports = free_addrs(2);
-        let tag = mode_name(mode);
         let key = write_key(&dir.join("keys"), tag, &id(2));
         let cfg = format!(
-            "address = \"10.0.0.2\"\nrun_dir = \"{}\"\n{}{}{}",
+            "address = \"10.0.0.2\"\nrun_dir = \"{}\"\n{}{}{}[io]\n{io}\n",
             dir.join(tag).join("run").display(),
             iface("to-a", ports[0], ad(1), ea, mode.map(|_| id(1)).as_ref()),
             iface("to-c", ports[1], ad(3), ec, mode.map(|_| id(3)).as_ref()),
@@ -271,28 +387,45 @@ impl Rig {
             assert!(Instant::now() < deadline, "{tag}: links did not come up");
             thread::sleep(Duration::from_millis(5));
         }
-        let sink = Arc::new(AtomicU64::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let sink_thread = {
-            let (sink, stop) = (sink.clone(), stop.clone());
-            let sock = c.sock;
-            Some(thread::spawn(move || {
-                sock.set_read_timeout(Some(Duration::from_millis(50))).expect("timeout");
-                let mut buf = [0u8; 2048];
-                while !stop.load(Ordering::Relaxed) {
-                    if sock.recv(&mut buf).is_ok() {
-                        sink.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }))
-        };
-        Rig { mode, b, a, b_in: ports[0], sink, stop, sink_thread }
+        let (sink, stop, sink_thread) = sink(c.sock);
+        Rig { mode, label: tag.to_string(), b: Forwarder::Node(b), a, b_in: ports[0], gso, sink, stop, sink_thread }
     }
 
-    /// Floods b for `window` (after a warm-up); returns (packets/s at the
-    /// sink, b's CPU µs per forwarded packet).
-    fn trial(&mut self, size: usize, window: Duration, t0: Instant) -> (f64, f64) {
-        let inner = plain_datagram(size);
+    /// A bare relay in b's place; `a` (no security layer) sends datagrams
+    /// of the length a sealed one has, as GSO runs.
+    fn relay() -> Rig {
+        let (sa, sc) = (UdpSocket::bind("127.0.0.1:0").expect("a"), UdpSocket::bind("127.0.0.1:0").expect("c"));
+        let relay = Relay::start(sc.local_addr().expect("c"));
+        let b_in = relay.addr;
+        let (sink, stop, sink_thread) = sink(sc);
+        let a = Side { sock: sa, links: None };
+        Rig {
+            mode: None,
+            label: "relay".into(),
+            b: Forwarder::Relay(relay),
+            a,
+            b_in,
+            gso: true,
+            sink,
+            stop,
+            sink_thread,
+        }
+    }
+
+    /// Floods b for `window` (after a warm-up) with `size`-byte plain
+    /// packets (sealed when b has security; padded by `pad` bytes when it
+    /// has not); returns (packets/s at the sink, b's CPU µs per forwarded
+    /// packet).
+    fn trial(&mut self, size: usize, pad: usize, window: Duration, t0: Instant) -> (f64, f64) {
+        let mut inner = plain_datagram(size);
+        if pad > 0 {
+            inner = plain_datagram(size + pad);
+        }
+        let dlen = {
+            let mut b = Vec::new();
+            self.a.seal(&inner, &mut b, now_ms(t0))
+        } as u64;
+        let gso = self.gso;
         let stop = AtomicBool::new(false);
         let (mut c0, mut c1, mut cpu0, mut cpu1, mut secs) = (0, 0, 0.0, 0.0, 0.0);
         let b_in = self.b_in;
@@ -310,10 +443,26 @@ impl Rig {
                     }
                     let iovs: Vec<[IoSlice<'_>; 1]> =
                         bufs.iter().zip(&lens).map(|(b, l)| [IoSlice::new(&b[..*l])]).collect();
-                    let none: [ControlMessage<'_>; 0] = [];
-                    match sendmmsg(a.sock.as_raw_fd(), &mut hdrs, iovs.iter(), addrs, none, MsgFlags::empty()) {
-                        Ok(_) | Err(Errno::EINTR | Errno::EAGAIN | Errno::ENOBUFS) => {}
-                        Err(e) => panic!("sendmmsg: {e}"),
+                    let r = if gso {
+                        // One GSO run of the 32 (all of one length).
+                        let flat: Vec<IoSlice<'_>> = iovs.iter().map(|i| i[0]).collect();
+                        let seg = lens[0] as u16;
+                        let cmsg = [ControlMessage::UdpGsoSegments(&seg)];
+                        sendmsg(
+                            a.sock.as_raw_fd(),
+                            &flat,
+                            &cmsg,
+                            MsgFlags::empty(),
+                            addrs.first().and_then(|x| x.as_ref()),
+                        )
+                        .map(|_| ())
+                    } else {
+                        let none: [ControlMessage<'_>; 0] = [];
+                        sendmmsg(a.sock.as_raw_fd(), &mut hdrs, iovs.iter(), addrs, none, MsgFlags::empty()).map(|_| ())
+                    };
+                    match r {
+                        Ok(()) | Err(Errno::EINTR | Errno::EAGAIN | Errno::ENOBUFS) => {}
+                        Err(e) => panic!("send: {e}"),
                     }
                 }
             });
@@ -328,7 +477,7 @@ impl Rig {
             stop.store(true, Ordering::Relaxed);
         });
         thread::sleep(Duration::from_millis(100));
-        let n = (c1 - c0) as f64;
+        let n = ((c1 - c0) / dlen.max(1)) as f64;
         (n / secs, if n > 0.0 { (cpu1 - cpu0) * 1e6 / n } else { f64::NAN })
     }
 }
@@ -340,6 +489,29 @@ impl Drop for Rig {
             let _ = t.join();
         }
     }
+}
+
+/// c's receiving thread: GRO on (as an anode neighbour has it), counts
+/// bytes until stopped.
+#[allow(clippy::type_complexity)]
+fn sink(sock: UdpSocket) -> (Arc<AtomicU64>, Arc<AtomicBool>, Option<thread::JoinHandle<()>>) {
+    let sink = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::UdpGroSegment, &true);
+    let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::RcvBuf, &(4 << 20));
+    let t = {
+        let (sink, stop) = (sink.clone(), stop.clone());
+        thread::spawn(move || {
+            sock.set_read_timeout(Some(Duration::from_millis(50))).expect("timeout");
+            let mut buf = vec![0u8; 65_536];
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(n) = sock.recv(&mut buf) {
+                    sink.fetch_add(n as u64, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    (sink, stop, Some(t))
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -354,13 +526,13 @@ fn median(v: &[f64]) -> f64 {
 
 fn throughput(dir: &Path, reps: usize, window: Duration, report: &mut String) {
     let t0 = Instant::now();
-    let mut rigs: Vec<Rig> = MODES.iter().map(|m| Rig::start(dir, *m, t0)).collect();
+    let mut rigs: Vec<Rig> = MODES.iter().map(|m| Rig::start(dir, *m, t0, mode_name(*m), "", false)).collect();
     let mut res = vec![vec![(Vec::new(), Vec::new()); SIZES.len()]; MODES.len()];
     for rep in 0..reps {
         for (si, size) in SIZES.iter().enumerate() {
             for k in 0..MODES.len() {
                 let mi = (k + rep) % MODES.len();
-                let (rate, us) = rigs[mi].trial(*size, window, t0);
+                let (rate, us) = rigs[mi].trial(*size, 0, window, t0);
                 eprintln!("  rep {rep} {size} B {}: {rate:.0} pkt/s, {us:.2} µs/pkt", mode_name(rigs[mi].mode));
                 res[mi][si].0.push(rate);
                 res[mi][si].1.push(us);
@@ -387,6 +559,56 @@ fn throughput(dir: &Path, reps: usize, window: Duration, report: &mut String) {
             u[0],
             u[1],
             u[2]
+        );
+    }
+    rigs.clear();
+}
+
+/// Issue 19: b with the offloads on, b with them off, and a bare relay,
+/// encryption on, the generator sending GSO runs, in one run.
+fn datapath(dir: &Path, reps: usize, window: Duration, report: &mut String) {
+    let t0 = Instant::now();
+    let on = Rig::start(dir, Some(Mode::Encrypt), t0, "io-on", "", true);
+    let off = Rig::start(dir, Some(Mode::Encrypt), t0, "io-off", "gso = false\ngro = false\nspin_us = 0", true);
+    let mut rigs = vec![on, off, Rig::relay()];
+    // The relay carries plain datagrams as long as the sealed ones.
+    let pads = [0, 0, 8 + OVERHEAD];
+    let mut res = vec![vec![(Vec::new(), Vec::new()); SIZES.len()]; rigs.len()];
+    for rep in 0..reps {
+        for (si, size) in SIZES.iter().enumerate() {
+            for k in 0..rigs.len() {
+                let ri = (k + rep) % rigs.len();
+                let (rate, us) = rigs[ri].trial(*size, pads[ri], window, t0);
+                eprintln!("  rep {rep} {size} B {}: {rate:.0} pkt/s, {us:.2} µs/pkt", rigs[ri].label);
+                res[ri][si].0.push(rate);
+                res[ri][si].1.push(us);
+            }
+        }
+    }
+    for r in &rigs {
+        if let Forwarder::Node(d) = &r.b {
+            let _ = writeln!(report, "\n`{}` io counters: {}", r.label, d.status()["io"]);
+        }
+    }
+    let _ = writeln!(report, "\n## Data path: through b with encryption, GSO runs in, GRO at the sink\n");
+    let _ = writeln!(
+        report,
+        "| size | [io] on pkt/s | [io] off pkt/s | relay pkt/s | b µs/pkt on | off | relay µs/pkt | on / relay CPU per packet |"
+    );
+    let _ = writeln!(report, "|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (si, size) in SIZES.iter().enumerate() {
+        let r: Vec<f64> = (0..3).map(|m| median(&res[m][si].0)).collect();
+        let u: Vec<f64> = (0..3).map(|m| median(&res[m][si].1)).collect();
+        let _ = writeln!(
+            report,
+            "| {size} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.3} |",
+            r[0],
+            r[1],
+            r[2],
+            u[0],
+            u[1],
+            u[2],
+            u[0] / u[2]
         );
     }
     rigs.clear();
@@ -496,6 +718,12 @@ fn main() {
         println!("secure: bench");
         return;
     }
+    if let Ok(to) = std::env::var("ANODE_BENCH_RELAY_TO") {
+        relay_main(&to);
+        return;
+    }
+    let only = std::env::var("ANODE_BENCH_ONLY").unwrap_or_else(|_| "throughput,latency".into());
+    let wants = |p: &str| only.split(',').any(|o| o.trim() == p);
     let quick = std::env::var("ANODE_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0")
         || !std::env::args().any(|a| a == "--bench");
     let reps = if quick { 1 } else { env_num("ANODE_BENCH_REPS", 6.0) as usize };
@@ -506,8 +734,15 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("dir");
     let mut report =
         format!("# SANE benchmark ({} reps, {:.1} s windows, {pings} pings)\n", reps, window.as_secs_f64());
-    throughput(&dir, reps, window, &mut report);
-    latency(&dir, pings, &mut report);
+    if wants("throughput") {
+        throughput(&dir, reps, window, &mut report);
+    }
+    if wants("datapath") {
+        datapath(&dir, reps, window, &mut report);
+    }
+    if wants("latency") {
+        latency(&dir, pings, &mut report);
+    }
     println!("{report}");
     let _ = std::fs::remove_dir_all(&dir);
 }
