@@ -42,6 +42,11 @@ pub struct NodeArgs {
     /// targets/) to peers over their SAs, for their boot recovery.
     #[arg(long, value_name = "DIR")]
     recovery_repo: Option<PathBuf>,
+    /// Data path worker threads, overriding `[io] workers` (0: one per
+    /// CPU; 1: none, the event loop's thread forwards). Also read from
+    /// $ANODE_WORKERS.
+    #[arg(long, value_name = "N", env = "ANODE_WORKERS")]
+    workers: Option<usize>,
 }
 
 /// Arguments of `anode status`.
@@ -97,13 +102,20 @@ pub fn run(a: NodeArgs) -> Result<ExitCode> {
         },
     };
     let files = boot.as_deref().map_or(daemon::StartFiles::Disk, daemon::StartFiles::Chain);
-    let cfg = match daemon::load_config_from(&a.config, files) {
+    let mut cfg = match daemon::load_config_from(&a.config, files) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!("{e}");
             return Ok(ExitCode::from(2));
         }
     };
+    if let Some(w) = a.workers {
+        if w > anode_node::config::MAX_WORKERS {
+            tracing::error!("--workers {w}: at most {} (0: one per CPU)", anode_node::config::MAX_WORKERS);
+            return Ok(ExitCode::from(2));
+        }
+        cfg.config.io.workers = w;
+    }
     if a.check {
         let c = &cfg.config;
         println!("{}: node {} with {} interface(s), MTU {}", cfg.path.display(), c.address, c.interfaces.len(), c.mtu);

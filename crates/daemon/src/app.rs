@@ -540,20 +540,26 @@ impl Local<'_> {
     pub(crate) fn deliver(&mut self, node: &mut Node, msg: &mut Vec<u8>, outs: &[Outbox], bufs: &[Vec<u8>]) {
         for (out, buf) in outs.iter().zip(bufs) {
             for d in &out.deliveries {
-                let Some(&slot) = self.clients.ports.get(&d.port) else {
-                    node.counters.drop(Drop::NoListener);
-                    continue;
-                };
-                msg.clear();
-                msg.push(0x82);
-                msg.extend_from_slice(&d.port.to_be_bytes());
-                msg.extend_from_slice(out.bytes(&d.data, buf));
-                match self.send(slot, msg) {
-                    Sent::Dropped => node.counters.drop(Drop::AppQueueFull),
-                    Sent::Gone => node.counters.drop(Drop::NoListener),
-                    Sent::Now | Sent::Queued => {}
-                }
+                self.deliver_one(node, msg, d.port, out.bytes(&d.data, buf));
             }
+        }
+    }
+
+    /// Sends `payload` to the client holding `port` (DELIVER), counting a
+    /// drop if there is none or its queue is full.
+    pub(crate) fn deliver_one(&mut self, node: &mut Node, msg: &mut Vec<u8>, port: u16, payload: &[u8]) {
+        let Some(&slot) = self.clients.ports.get(&port) else {
+            node.counters.drop(Drop::NoListener);
+            return;
+        };
+        msg.clear();
+        msg.push(0x82);
+        msg.extend_from_slice(&port.to_be_bytes());
+        msg.extend_from_slice(payload);
+        match self.send(slot, msg) {
+            Sent::Dropped => node.counters.drop(Drop::AppQueueFull),
+            Sent::Gone => node.counters.drop(Drop::NoListener),
+            Sent::Now | Sent::Queued => {}
         }
     }
 }

@@ -572,8 +572,10 @@ impl Daemon {
             o.insert("address".into(), json!(self.node.address().to_string()));
             o.insert("uptime_s".into(), json!(self.started.elapsed().as_secs_f64()));
             o.insert("mtu".into(), json!(self.cfg.mtu));
-            o.insert("fragments".into(), self.frag.status());
-            o.insert("io".into(), self.offload.status());
+            let frags = self.shared.as_ref().map(|w| w.frags.lock().clone()).unwrap_or_default();
+            o.insert("fragments".into(), self.frag.status(&frags));
+            let theirs = self.shared.as_ref().map(|w| w.counters.lock().clone()).unwrap_or_default();
+            o.insert("io".into(), self.offload.status(&theirs));
             o.insert("pid".into(), json!(std::process::id()));
             o.insert("run_dir".into(), json!(self.run_dir.display().to_string()));
             o.insert("version".into(), json!(env!("CARGO_PKG_VERSION")));

@@ -8,8 +8,8 @@ use crate::files::{SocketFiles, StartFiles, bind_socket, prepare_run_dir, run_di
 use crate::udp::Rx;
 use crate::{
     APP_SOCKET, BATCH, CONTROL_SOCKET, DROP_LOG_INTERVAL, DaemonError, MAX_DATAGRAM, TOKEN_APP, TOKEN_APP_CLIENT,
-    TOKEN_CONN, TOKEN_CONTROL, TOKEN_METRICS, TOKEN_METRICS_CONN, TOKEN_SIGNAL, TOKEN_STOP, TOKEN_TIMER,
-    UDP_SOCKET_BUFFER, interest, ratelog, sys,
+    TOKEN_CONN, TOKEN_CONTROL, TOKEN_KICK, TOKEN_METRICS, TOKEN_METRICS_CONN, TOKEN_SIGNAL, TOKEN_STOP, TOKEN_TIMER,
+    UDP_SOCKET_BUFFER, interest, ratelog, sys, sys_io,
 };
 use anode_node::config::ConfigError;
 use anode_node::config::{NodeConfig, Topology};
@@ -117,7 +117,13 @@ pub struct TimerStats {
 
 /// A running node: sockets bound, ready to [`run`](Daemon::run).
 pub struct Daemon {
-    pub(crate) node: Node,
+    /// The core, behind the lock the data path workers share (held by the
+    /// event loop except while it waits).
+    pub(crate) node: crate::workers::NodeCell,
+    /// Workers to start when the loop runs (`[io] workers` > 1).
+    pending_workers: Vec<crate::workers::WorkerSetup>,
+    /// What the event loop shares with its workers, when there are any.
+    pub(crate) shared: Option<Arc<crate::workers::Shared>>,
     pub(crate) cfg: NodeConfig,
     pub(crate) run_dir: PathBuf,
     pub(crate) udp: Vec<UdpSocket>,
@@ -152,6 +158,9 @@ pub struct Daemon {
     pub(crate) frag: crate::frag::Frag,
     /// UDP GSO and GRO per interface (`[io]`), and the I/O counters.
     pub(crate) offload: crate::offload::Offload,
+    /// Transmissions counted by the send path, added to the node's
+    /// counters after each send.
+    pub(crate) tally: crate::udp::TxTally,
     pub(crate) app_buf: Vec<u8>,
     pub(crate) msg: Vec<u8>,
     pub(crate) started: Instant,
@@ -235,20 +244,36 @@ fn build_node(
 }
 
 /// One UDP socket per interface, non-blocking, with large buffers.
-fn bind_interfaces(cfg: &NodeConfig) -> Result<(Vec<UdpSocket>, Vec<SocketAddr>), DaemonError> {
-    let mut udp = Vec::new();
+fn bind_interfaces(cfg: &NodeConfig, workers: usize) -> Result<(Vec<Vec<UdpSocket>>, Vec<SocketAddr>), DaemonError> {
+    // shards[w][i]: worker w's socket of interface i. With one worker the
+    // sockets are plain; with more, each interface's sockets share its port
+    // through SO_REUSEPORT (only sockets of this user may join the group).
+    let mut shards: Vec<Vec<UdpSocket>> = (0..workers.max(1)).map(|_| Vec::new()).collect();
     let mut listen = Vec::new();
     for i in &cfg.interfaces {
         let bind_err = |source| DaemonError::Bind { iface: i.name.clone(), addr: i.listen, source };
-        let s = UdpSocket::bind(i.listen).map_err(bind_err)?;
-        s.set_nonblocking(true).map_err(bind_err)?;
-        // Best effort: room for bursts. The kernel caps it at rmem_max.
-        let _ = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBuf, &UDP_SOCKET_BUFFER);
-        let _ = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::SndBuf, &UDP_SOCKET_BUFFER);
-        listen.push(s.local_addr().map_err(bind_err)?);
-        udp.push(s);
+        let mut addr = i.listen;
+        for shard in shards.iter_mut() {
+            let s = if workers > 1 {
+                let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))
+                    .map_err(bind_err)?;
+                s.set_reuse_port(true).map_err(bind_err)?;
+                s.bind(&addr.into()).map_err(bind_err)?;
+                UdpSocket::from(s)
+            } else {
+                UdpSocket::bind(addr).map_err(bind_err)?
+            };
+            s.set_nonblocking(true).map_err(bind_err)?;
+            // Best effort: room for bursts. The kernel caps it at rmem_max.
+            let _ = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBuf, &UDP_SOCKET_BUFFER);
+            let _ = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::SndBuf, &UDP_SOCKET_BUFFER);
+            // A port 0 listen: the others join the port the first one got.
+            addr = s.local_addr().map_err(bind_err)?;
+            shard.push(s);
+        }
+        listen.push(addr);
     }
-    Ok((udp, listen))
+    Ok((shards, listen))
 }
 
 /// The Prometheus endpoint, if configured (with a warning off loopback).
@@ -322,9 +347,45 @@ impl Daemon {
             node.serve_recovery(Box::new(move |req| anode_boot::Source::exchange(&mut mirror, req)));
             info!(repository = %repo.display(), "serving boot recovery to peers over their SAs");
         }
-        let (udp, listen) = bind_interfaces(cfg)?;
+        let workers = match cfg.io.workers {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()).min(anode_node::config::MAX_WORKERS),
+            n => n,
+        };
+        let (mut shards, listen) = bind_interfaces(cfg, workers)?;
         let names: Vec<String> = cfg.interfaces.iter().map(|i| i.name.clone()).collect();
+        // With workers, the event loop sends (timers, application
+        // requests) on a second handle of worker 0's sockets and receives
+        // nothing.
+        let udp: Vec<UdpSocket> = if workers > 1 {
+            shards
+                .first()
+                .map(|s0| s0.iter().map(UdpSocket::try_clone).collect::<Result<Vec<_>, _>>())
+                .transpose()
+                .map_err(sys_io("dup"))?
+                .unwrap_or_default()
+        } else {
+            shards.pop().unwrap_or_default()
+        };
         let offload = crate::offload::Offload::setup(&udp, &names, &cfg.io);
+        let blen0 = recv_buffer_len(cfg.mtu).max(MAX_DATAGRAM);
+        let pending_workers: Vec<crate::workers::WorkerSetup> = shards
+            .into_iter()
+            .enumerate()
+            .map(|(id, socks)| crate::workers::WorkerSetup {
+                id,
+                socks,
+                names: names.clone(),
+                io: cfg.io.clone(),
+                link_mtu: cfg.link_mtu,
+                blen: blen0,
+                started,
+            })
+            .collect();
+        let shared = if workers > 1 {
+            Some(Arc::new(crate::workers::Shared::new(workers).map_err(sys("eventfd"))?))
+        } else {
+            None
+        };
         let metrics = bind_metrics(cfg)?;
         let signals = if opts.signals { Some(signal_fd()?) } else { None };
         let (run_dir, app, control, socket_files) = local_sockets(cfg)?;
@@ -334,8 +395,12 @@ impl Daemon {
         let stopper = Stopper { flag: Arc::new(AtomicBool::new(false)), event: Arc::new(event) };
 
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(sys("epoll_create"))?;
-        for (i, s) in udp.iter().enumerate() {
-            interest(s, &epoll, EpollFlags::EPOLLIN, i as u64)?;
+        if let Some(sh) = &shared {
+            interest(&sh.kick, &epoll, EpollFlags::EPOLLIN, TOKEN_KICK)?;
+        } else {
+            for (i, s) in udp.iter().enumerate() {
+                interest(s, &epoll, EpollFlags::EPOLLIN, i as u64)?;
+            }
         }
         interest(&app, &epoll, EpollFlags::EPOLLIN, TOKEN_APP)?;
         interest(&control, &epoll, EpollFlags::EPOLLIN, TOKEN_CONTROL)?;
@@ -354,19 +419,11 @@ impl Daemon {
         // written stay unmapped.
         let blen = recv_buffer_len(cfg.mtu).max(MAX_DATAGRAM);
         let mut d = Daemon {
-            rx: Rx {
-                raw: std::array::from_fn(|_| vec![0; blen]),
-                got: [crate::mmsg::Received::default(); BATCH],
-                mmsg: crate::mmsg::RecvMmsg::new(),
-                bufs: std::array::from_fn(|_| vec![0; blen]),
-                lens: [0; BATCH],
-                outs: std::array::from_fn(|_| Outbox::preallocated()),
-                froms: [None; BATCH],
-                spent: [0; BATCH],
-                shares: Vec::with_capacity(4),
-            },
+            rx: Rx::new(blen),
             tx_hdrs: MultiHeaders::preallocate(BATCH, None),
-            node,
+            node: crate::workers::NodeCell::new(node),
+            pending_workers,
+            shared,
             cfg: cfg.clone(),
             run_dir,
             udp,
@@ -394,6 +451,7 @@ impl Daemon {
             no_input: [Vec::new()],
             frag: crate::frag::Frag::new(cfg.link_mtu),
             offload,
+            tally: crate::udp::TxTally::default(),
             app_buf: vec![0; local::MAX_MESSAGE + 1],
             msg: Vec::with_capacity(3 + blen),
             charged: false,
@@ -620,12 +678,16 @@ impl Daemon {
             Some(ms) => end.min(self.started + Duration::from_millis(ms)),
             None => end,
         };
-        let mut fds: Vec<nix::poll::PollFd<'_>> = if slack {
+        // With workers the loop reads no datagrams: they wait for the lock
+        // instead (`worker_waits`).
+        let mut fds: Vec<nix::poll::PollFd<'_>> = if slack && self.shared.is_none() {
             self.udp.iter().map(|s| nix::poll::PollFd::new(s.as_fd(), nix::poll::PollFlags::POLLIN)).collect()
         } else {
             Vec::new()
         };
-        let mut keep_going = || Instant::now() < end && !(slack && input_waiting(&mut fds));
+        let waiting = self.shared.clone();
+        let worker_waits = || waiting.as_ref().is_some_and(|w| w.waiting.load(Ordering::Relaxed) > 0);
+        let mut keep_going = || Instant::now() < end && !(slack && (input_waiting(&mut fds) || worker_waits()));
         self.node.run_dispatch(&d, now_ms, &mut keep_going, &mut self.timer_out);
         let used = thread_cpu_ns().saturating_sub(cpu0);
         let now_ns = self.now_ns();
@@ -656,6 +718,7 @@ impl Daemon {
         // node sleeps.
         let spin = Duration::from_micros(self.cfg.io.spin_us);
         let mut spin_until: Option<Instant> = None;
+        let threads = self.start_workers();
         while !self.stopping && !self.stopper.flag.load(Ordering::Relaxed) {
             self.arm_timer(Instant::now());
             // With module work runnable, only look at the sockets (network
@@ -677,7 +740,13 @@ impl Daemon {
             }
             if n == 0 {
                 let wait = if more { EpollTimeout::ZERO } else { EpollTimeout::NONE };
-                n = wait_events(&self.epoll, &mut events, wait)?;
+                // Workers take the node while the loop waits.
+                if self.shared.is_some() {
+                    self.node.release();
+                }
+                let r = wait_events(&self.epoll, &mut events, wait);
+                self.node.acquire();
+                n = r?;
             }
             let udp = self.udp.len() as u64;
             spin_until = (!spin.is_zero() && events[..n].iter().any(|e| e.data() < udp)).then(|| Instant::now() + spin);
@@ -692,6 +761,7 @@ impl Daemon {
                     TOKEN_STOP => {
                         let _ = self.stopper.event.read();
                     }
+                    TOKEN_KICK => self.kicked(),
                     t if t >= TOKEN_APP_CLIENT => self.app_client_ready((t - TOKEN_APP_CLIENT) as usize, ev.events()),
                     t if t >= TOKEN_METRICS_CONN => {
                         self.conn_ready(Listener::Metrics, (t - TOKEN_METRICS_CONN) as usize, ev.events())
@@ -706,12 +776,61 @@ impl Daemon {
             self.write_periods(false);
             self.record_charges(false);
         }
+        self.stop_workers(threads);
         self.finish_tap();
         self.write_periods(true);
         self.record_charges(true);
         self.log_drops(Instant::now() + DROP_LOG_INTERVAL);
         self.log_summary();
         Ok(())
+    }
+
+    /// Starts the data path workers (`[io] workers` > 1).
+    fn start_workers(&mut self) -> Vec<std::thread::JoinHandle<()>> {
+        let (Some(shared), Some(node)) = (self.shared.clone(), self.node.shared()) else { return Vec::new() };
+        let mut threads = Vec::new();
+        for w in std::mem::take(&mut self.pending_workers) {
+            let (node, shared) = (node.clone(), shared.clone());
+            let name = format!("anode-worker-{}", w.id);
+            match std::thread::Builder::new().name(name).spawn(move || crate::workers::run_worker(w, node, shared)) {
+                Ok(t) => threads.push(t),
+                Err(e) => warn!(error = %e, "could not start a data path worker"),
+            }
+        }
+        info!(workers = threads.len(), "data path workers started");
+        threads
+    }
+
+    /// Stops the workers and waits for them (the node released meanwhile,
+    /// so that one waiting for it can finish its batch).
+    fn stop_workers(&mut self, threads: Vec<std::thread::JoinHandle<()>>) {
+        let Some(shared) = self.shared.clone() else { return };
+        shared.stop.store(true, Ordering::Relaxed);
+        let _ = shared.stop_fd.write(1);
+        self.node.release();
+        for t in threads {
+            let _ = t.join();
+        }
+        self.node.acquire();
+        self.kicked();
+    }
+
+    /// A worker's batch left work: deliveries to hand to the application
+    /// clients, charges, a send error to log.
+    fn kicked(&mut self) {
+        let Some(shared) = self.shared.clone() else { return };
+        let _ = shared.kick.read();
+        if shared.charged.swap(false, Ordering::Relaxed) {
+            self.charged = true;
+        }
+        if let Some(e) = shared.tx_error.lock().take() {
+            self.droplog.tx_error = Some(e);
+        }
+        let batch: Vec<crate::workers::Delivered> = shared.deliveries.lock().drain(..).collect();
+        let mut local = crate::app::Local { clients: &mut self.clients, epoll: &self.epoll, stats: &mut self.stats };
+        for d in &batch {
+            local.deliver_one(&mut self.node, &mut self.msg, d.port, &d.bytes);
+        }
     }
 
     /// The earliest deadline of anything scheduled.
@@ -743,6 +862,10 @@ impl Daemon {
         };
         if r.is_ok() {
             self.armed = next;
+            if let Some(sh) = &self.shared {
+                let ns = next.map_or(u64::MAX, |t| t.saturating_duration_since(self.started).as_nanos() as u64);
+                sh.armed_ns.store(ns, Ordering::Relaxed);
+            }
         }
     }
 

@@ -108,18 +108,36 @@ impl Frag {
         Some(self.rx.push(from, p.payload(), now_ms))
     }
 
-    /// The counters for `anode status` (`fragments`).
-    pub(crate) fn status(&self) -> serde_json::Value {
-        let c: Counters = self.rx.counters;
+    /// What this instance did and holds.
+    pub(crate) fn totals(&self) -> FragTotals {
+        FragTotals {
+            tx_datagrams: self.tx_datagrams,
+            tx_fragments: self.tx_fragments,
+            tx_refused: self.tx_refused,
+            rx: self.rx.counters,
+            held_sets: self.rx.sets() as u64,
+            held_bytes: self.rx.bytes() as u64,
+        }
+    }
+
+    /// The counters for `anode status` (`fragments`): this instance's plus
+    /// `others` (the data path workers', each reassembling its own
+    /// sources).
+    pub(crate) fn status(&self, others: &[FragTotals]) -> serde_json::Value {
+        let mut t = self.totals();
+        for o in others {
+            t.add(o);
+        }
+        let c = t.rx;
         serde_json::json!({
             "link_mtu_payload": self.limit,
-            "tx_datagrams": self.tx_datagrams,
-            "tx_fragments": self.tx_fragments,
-            "tx_refused": self.tx_refused,
+            "tx_datagrams": t.tx_datagrams,
+            "tx_fragments": t.tx_fragments,
+            "tx_refused": t.tx_refused,
             "rx_fragments": c.fragments,
             "rx_reassembled": c.reassembled,
-            "rx_held_sets": self.rx.sets(),
-            "rx_held_bytes": self.rx.bytes(),
+            "rx_held_sets": t.held_sets,
+            "rx_held_bytes": t.held_bytes,
             "drops": {
                 "malformed": c.malformed,
                 "oversized": c.oversized,
@@ -132,5 +150,38 @@ impl Frag {
                 "incomplete": c.incomplete,
             },
         })
+    }
+}
+
+/// One fragmentation instance's counters and holdings.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct FragTotals {
+    tx_datagrams: u64,
+    tx_fragments: u64,
+    tx_refused: u64,
+    rx: Counters,
+    held_sets: u64,
+    held_bytes: u64,
+}
+
+impl FragTotals {
+    fn add(&mut self, o: &FragTotals) {
+        self.tx_datagrams += o.tx_datagrams;
+        self.tx_fragments += o.tx_fragments;
+        self.tx_refused += o.tx_refused;
+        self.held_sets += o.held_sets;
+        self.held_bytes += o.held_bytes;
+        let (a, b) = (&mut self.rx, &o.rx);
+        a.fragments += b.fragments;
+        a.reassembled += b.reassembled;
+        a.malformed += b.malformed;
+        a.oversized += b.oversized;
+        a.duplicate += b.duplicate;
+        a.overlap += b.overlap;
+        a.out_of_order += b.out_of_order;
+        a.total_changed += b.total_changed;
+        a.too_many_fragments += b.too_many_fragments;
+        a.no_room += b.no_room;
+        a.incomplete += b.incomplete;
     }
 }

@@ -51,6 +51,7 @@ mod periodlog;
 pub mod ratelog;
 mod tap;
 mod udp;
+mod workers;
 
 pub use app::LocalLimits;
 pub use control::{MAX_REQUEST, query};
@@ -87,6 +88,8 @@ const TOKEN_SIGNAL: u64 = TOKEN_APP + 2;
 const TOKEN_METRICS: u64 = TOKEN_APP + 3;
 const TOKEN_TIMER: u64 = TOKEN_APP + 4;
 const TOKEN_STOP: u64 = TOKEN_APP + 5;
+/// A data path worker left the event loop work (`workers::Shared::kick`).
+const TOKEN_KICK: u64 = TOKEN_APP + 6;
 /// Control connections: this plus the slot.
 const TOKEN_CONN: u64 = 1 << 33;
 /// Metrics connections: this plus the slot.
@@ -220,6 +223,10 @@ pub enum DaemonError {
 
 fn sys(what: &'static str) -> impl FnOnce(Errno) -> DaemonError {
     move |source| DaemonError::Sys { what, source }
+}
+
+fn sys_io(what: &'static str) -> impl FnOnce(std::io::Error) -> DaemonError {
+    move |e| DaemonError::Sys { what, source: Errno::from_raw(e.raw_os_error().unwrap_or(0)) }
 }
 
 fn interest(fd: impl AsFd, epoll: &Epoll, flags: EpollFlags, token: u64) -> Result<(), DaemonError> {

@@ -20,8 +20,8 @@
 //! quinn-udp handles it) turns GSO off on that interface for good.
 
 use crate::droplog::DropLog;
+use crate::udp::TxTally;
 use anode_node::config::IoConfig;
-use anode_node::core::Node;
 use nix::errno::Errno;
 use nix::sys::socket::{
     ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage, getsockopt, sendmmsg, setsockopt, sockopt,
@@ -55,6 +55,8 @@ pub(crate) struct Offload {
 /// Counters of the offloads and the polling (`anode status`, `io`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct IoCounters {
+    /// Datagrams received (GRO runs counted datagram by datagram).
+    pub(crate) datagrams: u64,
     /// GSO sends (each one run of datagrams).
     pub(crate) gso_sends: u64,
     /// Datagrams sent in GSO runs.
@@ -69,6 +71,20 @@ pub(crate) struct IoCounters {
     pub(crate) spins: u64,
     /// Spins that found input before their time ran out.
     pub(crate) spin_hits: u64,
+}
+
+impl IoCounters {
+    /// Adds `o` to these.
+    pub(crate) fn add(&mut self, o: &IoCounters) {
+        self.datagrams += o.datagrams;
+        self.gso_sends += o.gso_sends;
+        self.gso_datagrams += o.gso_datagrams;
+        self.gso_fallbacks += o.gso_fallbacks;
+        self.gro_receives += o.gro_receives;
+        self.gro_datagrams += o.gro_datagrams;
+        self.spins += o.spins;
+        self.spin_hits += o.spin_hits;
+    }
 }
 
 impl Offload {
@@ -104,10 +120,17 @@ impl Offload {
         self.gso.get(iface).copied().unwrap_or(0)
     }
 
-    /// The `io` object of `anode status`.
-    pub(crate) fn status(&self) -> serde_json::Value {
-        let c = &self.counters;
+    /// The `io` object of `anode status`: these counters plus the
+    /// workers' (`workers`, their sum), and how many workers run.
+    pub(crate) fn status(&self, theirs: &[IoCounters]) -> serde_json::Value {
+        let mut c = self.counters;
+        for t in theirs {
+            c.add(t);
+        }
         serde_json::json!({
+            "workers": theirs.len().max(1),
+            "datagrams": c.datagrams,
+            "worker_datagrams": theirs.iter().map(|t| t.datagrams).collect::<Vec<_>>(),
             "gso": self.gso.iter().map(|g| *g > 1).collect::<Vec<_>>(),
             "gro": self.gro,
             "gso_sends": c.gso_sends,
@@ -127,7 +150,7 @@ impl Offload {
         &mut self,
         sock: &UdpSocket,
         iface: usize,
-        node: &mut Node,
+        tally: &mut TxTally,
         droplog: &mut DropLog,
         iovs: &[[IoSlice<'_>; 1]],
         to: &SockaddrStorage,
@@ -147,7 +170,7 @@ impl Offload {
                 Ok(0) => {
                     // Not sent, no error: as EAGAIN.
                     for io in &iovs[..n] {
-                        node.count_tx(iface, io[0].len(), false);
+                        tally.count(iface, io[0].len(), false);
                     }
                     droplog.tx_error = Some(format!("GSO run of {n} to {to} not sent"));
                     return true;
@@ -156,7 +179,7 @@ impl Offload {
                     self.counters.gso_sends += 1;
                     self.counters.gso_datagrams += n as u64;
                     for io in &iovs[..n] {
-                        node.count_tx(iface, io[0].len(), true);
+                        tally.count(iface, io[0].len(), true);
                     }
                     return true;
                 }
@@ -178,7 +201,7 @@ impl Offload {
                     // EAGAIN (the socket buffer is full) and the rest: the
                     // run is dropped, as a router would.
                     for io in &iovs[..n] {
-                        node.count_tx(iface, io[0].len(), false);
+                        tally.count(iface, io[0].len(), false);
                     }
                     droplog.tx_error = Some(format!("{e} (GSO run of {n} to {to})"));
                     return true;

@@ -104,7 +104,7 @@ pub(crate) enum Outs {
 pub(crate) struct Tx<'a> {
     pub(crate) udp: &'a [UdpSocket],
     pub(crate) hdrs: &'a mut MultiHeaders<SockaddrStorage>,
-    pub(crate) node: &'a mut Node,
+    pub(crate) tally: &'a mut TxTally,
     pub(crate) droplog: &'a mut DropLog,
     pub(crate) frag: &'a mut Frag,
     pub(crate) off: &'a mut Offload,
@@ -139,58 +139,14 @@ impl Daemon {
     fn handle_slots(&mut self, iface: usize, k: usize) {
         let now_ms = self.now_ms();
         let rcane = self.node.rcane_on();
-        let Rx { bufs, lens, outs, froms, spent, .. } = &mut self.rx;
         let cpu0 = if rcane { crate::daemon::thread_cpu_ns() } else { 0 };
-        let mut t = rcane.then(Instant::now);
-        for i in 0..k {
-            outs[i].clear();
-            // A fragment is held until its datagram is whole, which is then
-            // handled in its place (the buffer holds up to 64 KiB).
-            if let Some(r) = self.frag.take(froms[i], bufs[i].get(..lens[i]).unwrap_or(&[]), now_ms) {
-                match r {
-                    Ok(Some(whole)) if whole.len() <= bufs[i].len() => {
-                        bufs[i][..whole.len()].copy_from_slice(&whole);
-                        lens[i] = whole.len();
-                    }
-                    _ => {
-                        spent[i] = 0;
-                        if let Some(t0) = t.as_mut() {
-                            *t0 = Instant::now();
-                        }
-                        continue;
-                    }
-                }
-            }
-            self.node.handle_datagram_from(iface, froms[i], &mut bufs[i], lens[i], now_ms, &mut outs[i]);
-            if !outs[i].log.is_empty() {
-                debug!(target: "anode::snap", "{}", outs[i].log.trim_end());
-            }
-            for e in &outs[i].events {
-                info!("{e}");
-            }
-            if let Some(t0) = t.as_mut() {
-                // Each datagram's share of the batch's CPU, by the wall
-                // time its handling took (vDSO clock, not a syscall).
-                let t1 = Instant::now();
-                spent[i] = t1.saturating_duration_since(*t0).as_nanos() as u64;
-                *t0 = t1;
-            }
-        }
+        run_core(&mut self.node, &mut self.frag, &mut self.rx, iface, k, now_ms, rcane);
         self.transmit(Outs::Rx(k));
         let mut local = Local { clients: &mut self.clients, epoll: &self.epoll, stats: &mut self.stats };
         local.deliver(&mut self.node, &mut self.msg, &self.rx.outs[..k], &self.rx.bufs[..k]);
         if rcane {
-            // Network input runs between dispatches, for Best-Effort (SNAP,
-            // forwarding), System (handshakes, keepalives, control requests)
-            // and the principals whose sessions capsules and channel packets
-            // were accepted for. The batch's thread CPU time (one clock read
-            // per batch) is split among them by each datagram's wall time.
             let used = crate::daemon::thread_cpu_ns().saturating_sub(cpu0);
-            let Rx { lens, outs, spent, shares, .. } = &mut self.rx;
-            split_batch(used, &outs[..k], &lens[..k], &spent[..k], shares);
-            for s in shares.iter() {
-                self.node.charge_outside(s.owner, s.ns, s.packets, s.bytes);
-            }
+            charge_batch(&mut self.node, &mut self.rx, k, used);
             self.charged = true;
         }
     }
@@ -205,16 +161,133 @@ impl Daemon {
         let mut tx = Tx {
             udp: &self.udp,
             hdrs: &mut self.tx_hdrs,
-            node: &mut self.node,
+            tally: &mut self.tally,
             droplog: &mut self.droplog,
             frag: &mut self.frag,
             off: &mut self.offload,
         };
         send_transmits(&mut tx, outs, bufs);
+        self.tally.apply(&mut self.node);
+    }
+}
+
+/// Runs the first `k` slots of `rx` through fragment reassembly and the
+/// core, logging what they produced; with `timed`, each slot's wall time
+/// goes to `rx.spent` (for [`charge_batch`]).
+pub(crate) fn run_core(
+    node: &mut Node,
+    frag: &mut Frag,
+    rx: &mut Rx,
+    iface: usize,
+    k: usize,
+    now_ms: u64,
+    timed: bool,
+) {
+    let Rx { bufs, lens, outs, froms, spent, .. } = rx;
+    let mut t = timed.then(Instant::now);
+    for i in 0..k {
+        outs[i].clear();
+        // A fragment is held until its datagram is whole, which is then
+        // handled in its place (the buffer holds up to 64 KiB).
+        if let Some(r) = frag.take(froms[i], bufs[i].get(..lens[i]).unwrap_or(&[]), now_ms) {
+            match r {
+                Ok(Some(whole)) if whole.len() <= bufs[i].len() => {
+                    bufs[i][..whole.len()].copy_from_slice(&whole);
+                    lens[i] = whole.len();
+                }
+                _ => {
+                    spent[i] = 0;
+                    if let Some(t0) = t.as_mut() {
+                        *t0 = Instant::now();
+                    }
+                    continue;
+                }
+            }
+        }
+        node.handle_datagram_from(iface, froms[i], &mut bufs[i], lens[i], now_ms, &mut outs[i]);
+        if !outs[i].log.is_empty() {
+            debug!(target: "anode::snap", "{}", outs[i].log.trim_end());
+        }
+        for e in &outs[i].events {
+            info!("{e}");
+        }
+        if let Some(t0) = t.as_mut() {
+            // Each datagram's share of the batch's CPU, by the wall time
+            // its handling took (vDSO clock, not a syscall).
+            let t1 = Instant::now();
+            spent[i] = t1.saturating_duration_since(*t0).as_nanos() as u64;
+            *t0 = t1;
+        }
+    }
+}
+
+/// Charges `used` ns of thread CPU for the first `k` slots of `rx`.
+///
+/// Network input runs between dispatches, for Best-Effort (SNAP,
+/// forwarding), System (handshakes, keepalives, control requests) and the
+/// principals whose sessions capsules and channel packets were accepted
+/// for. The batch's thread CPU time (one clock read per batch) is split
+/// among them by each datagram's wall time.
+pub(crate) fn charge_batch(node: &mut Node, rx: &mut Rx, k: usize, used: u64) {
+    let Rx { lens, outs, spent, shares, .. } = rx;
+    split_batch(used, &outs[..k], &lens[..k], &spent[..k], shares);
+    for s in shares.iter() {
+        node.charge_outside(s.owner, s.ns, s.packets, s.bytes);
+    }
+}
+
+/// Transmissions counted while the node is not at hand (a worker sends
+/// outside the node's lock), added to its counters after.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TxTally {
+    /// Per interface: datagrams and bytes sent.
+    sent: Vec<(u64, u64)>,
+    /// Datagrams refused, per interface.
+    failed: Vec<u64>,
+}
+
+impl TxTally {
+    /// Counts one datagram of `bytes` on `iface`, sent or refused.
+    pub(crate) fn count(&mut self, iface: usize, bytes: usize, ok: bool) {
+        if self.sent.len() <= iface {
+            self.sent.resize(iface + 1, (0, 0));
+            self.failed.resize(iface + 1, 0);
+        }
+        if ok {
+            self.sent[iface].0 += 1;
+            self.sent[iface].1 += bytes as u64;
+        } else {
+            self.failed[iface] += 1;
+        }
+    }
+
+    /// Adds what was counted to `node`'s counters and starts again.
+    pub(crate) fn apply(&mut self, node: &mut Node) {
+        for (iface, ((p, b), f)) in self.sent.iter_mut().zip(self.failed.iter_mut()).enumerate() {
+            if *p > 0 || *f > 0 {
+                node.count_tx_batch(iface, *p, *b, *f);
+            }
+            (*p, *b, *f) = (0, 0, 0);
+        }
     }
 }
 
 impl Rx {
+    /// Buffers of `blen` bytes for a batch.
+    pub(crate) fn new(blen: usize) -> Rx {
+        Rx {
+            raw: std::array::from_fn(|_| vec![0; blen]),
+            got: [Received::default(); BATCH],
+            mmsg: RecvMmsg::new(),
+            bufs: std::array::from_fn(|_| vec![0; blen]),
+            lens: [0; BATCH],
+            outs: std::array::from_fn(|_| Outbox::preallocated()),
+            froms: [None; BATCH],
+            spent: [0; BATCH],
+            shares: Vec::with_capacity(4),
+        }
+    }
+
     /// Moves the next datagrams of the `n` received, from `at` (message,
     /// offset in it) on, into the batch slots, at most [`BATCH`]; returns
     /// how many. A message that is one datagram changes places with the
@@ -244,6 +317,7 @@ impl Rx {
             }
             k += 1;
         }
+        c.datagrams += k as u64;
         k
     }
 }
@@ -291,7 +365,7 @@ pub(crate) fn send_transmits(tx: &mut Tx<'_>, outs: &[Outbox], bufs: &[Vec<u8>])
                 }
                 pieces.clear();
                 if tx.frag.split(bytes, &mut pieces) == 0 {
-                    tx.node.count_tx(iface, bytes.len(), false);
+                    tx.tally.count(iface, bytes.len(), false);
                     tx.droplog.tx_error = Some(format!("a datagram of {} bytes cannot be fragmented", bytes.len()));
                     continue;
                 }
@@ -311,7 +385,7 @@ pub(crate) fn send_transmits(tx: &mut Tx<'_>, outs: &[Outbox], bufs: &[Vec<u8>])
     // (the core only routes to configured neighbours), but count them.
     for out in outs {
         for t in out.transmits.iter().filter(|t| t.iface >= tx.udp.len()) {
-            tx.node.count_tx(t.iface, 0, false);
+            tx.tally.count(t.iface, 0, false);
         }
     }
 }
@@ -332,7 +406,7 @@ pub(crate) fn send_chunk(
         let r = if max > 1 { gso_run(&iovs[start..], &addrs[start..], max) } else { 1 };
         if r > 1
             && let Some(Some(to)) = addrs.get(start)
-            && tx.off.send_run(sock, iface, tx.node, tx.droplog, &iovs[start..start + r], to)
+            && tx.off.send_run(sock, iface, tx.tally, tx.droplog, &iovs[start..start + r], to)
         {
             start += r;
             continue;
@@ -372,7 +446,7 @@ fn send_each(
         match r {
             Ok(sent) if sent > 0 => {
                 for io in &iovs[start..start + sent] {
-                    tx.node.count_tx(iface, io[0].len(), true);
+                    tx.tally.count(iface, io[0].len(), true);
                 }
                 start += sent;
             }
@@ -381,7 +455,7 @@ fn send_each(
                 // The first message was refused (e.g. EAGAIN: the socket
                 // buffer is full). Drop it, as a router would, and go on.
                 let e = other.err().unwrap_or(Errno::EAGAIN);
-                tx.node.count_tx(iface, iovs[start][0].len(), false);
+                tx.tally.count(iface, iovs[start][0].len(), false);
                 tx.droplog.tx_error = Some(format!("{e} (to {:?})", addrs[start].map(|a| a.to_string())));
                 start += 1;
             }

@@ -59,6 +59,9 @@ pub enum ConfigError {
     /// `[io] spin_us` is above [`MAX_SPIN_US`].
     #[error("[io] spin_us {0}: at most {MAX_SPIN_US}")]
     BadSpin(u64),
+    /// `[io] workers` is above [`MAX_WORKERS`].
+    #[error("[io] workers {0}: at most {MAX_WORKERS} (0: one per CPU)")]
+    BadWorkers(usize),
     /// `[io] busy_poll_us` is above one second.
     #[error("[io] busy_poll_us {0}: at most 1000000")]
     BadBusyPoll(u32),
@@ -937,14 +940,22 @@ pub struct IoConfig {
     /// `SO_BUSY_POLL` on the interface sockets, µs (0: off). Only helps on
     /// devices with NAPI polling; loopback and veth have none.
     pub busy_poll_us: u32,
+    /// Data path worker threads, each with its own `SO_REUSEPORT` socket
+    /// per interface (0: one per CPU; 1: the event loop's thread does the
+    /// data path itself, as before workers existed). At most
+    /// [`MAX_WORKERS`].
+    pub workers: usize,
 }
+
+/// Largest `[io] workers`.
+pub const MAX_WORKERS: usize = 64;
 
 /// Largest `[io] spin_us`.
 pub const MAX_SPIN_US: u64 = 10_000;
 
 impl Default for IoConfig {
     fn default() -> Self {
-        IoConfig { gso: true, gro: true, spin_us: 50, busy_poll_us: 0 }
+        IoConfig { gso: true, gro: true, spin_us: 50, busy_poll_us: 0, workers: 1 }
     }
 }
 
@@ -1096,6 +1107,9 @@ impl NodeConfig {
         }
         if self.io.busy_poll_us > 1_000_000 {
             return Err(ConfigError::BadBusyPoll(self.io.busy_poll_us));
+        }
+        if self.io.workers > MAX_WORKERS {
+            return Err(ConfigError::BadWorkers(self.io.workers));
         }
         if self.max_resource_bound == 0 {
             return Err(ConfigError::BadMaxResourceBound);

@@ -453,6 +453,20 @@ impl Node {
         self.ports.remove(&port);
     }
 
+    /// [`count_tx`](Self::count_tx) for many datagrams at once: `packets`
+    /// sent on `iface` with `bytes` in all, and `failed` refused (a data
+    /// path worker counts its sends outside the node's lock and adds them
+    /// here after).
+    pub fn count_tx_batch(&mut self, iface: usize, packets: u64, bytes: u64, failed: u64) {
+        if let Some(c) = self.counters.ifaces.get_mut(iface) {
+            c.tx_packets += packets;
+            c.tx_bytes += bytes;
+        }
+        for _ in 0..failed {
+            self.counters.drop(crate::counters::Drop::TxFailed);
+        }
+    }
+
     /// Counts a finished transmission (the daemon calls this after the
     /// socket accepted it, or with `ok` false if it did not).
     pub fn count_tx(&mut self, iface: usize, bytes: usize, ok: bool) {
@@ -464,5 +478,13 @@ impl Node {
         } else {
             self.counters.drop(crate::counters::Drop::TxFailed);
         }
+    }
+}
+#[cfg(test)]
+mod send_check {
+    fn is_send<T: Send>() {}
+    #[test]
+    fn node_is_send() {
+        is_send::<super::Node>();
     }
 }

@@ -371,6 +371,13 @@ impl Node {
         self.sched.as_mut()?.rcane.pick(now_ns)
     }
 
+    /// Module jobs posted to the scheduler so far (0 with RCANE off): a
+    /// data path worker that sees it grow wakes the event loop, which
+    /// dispatches them.
+    pub fn jobs_posted(&self) -> u64 {
+        self.sched.as_ref().map_or(0, |s| s.counters.jobs_posted)
+    }
+
     /// When the scheduler next needs the CPU (a budget replenished, a
     /// credential expiring), monotonic ns.
     pub fn sched_poll_at(&self) -> Option<u64> {
