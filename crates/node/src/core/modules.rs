@@ -311,6 +311,10 @@ impl Node {
                 Action::DeliverLocal { principal, port, payload } => {
                     self.deliver_to_app(port, &payload, Owner::Principal(principal), out);
                 }
+                Action::HeapRequest { principal, module, bytes } => {
+                    let now_ms = self.now_ms;
+                    self.module_heap_request(principal, module, bytes, now_ms);
+                }
                 Action::Log { module, principal, text } => {
                     use core::fmt::Write;
                     let _ = writeln!(out.log, "module {module} ({principal}): {text}");
