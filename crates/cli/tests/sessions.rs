@@ -613,6 +613,64 @@ fn a_session_heap_reservation_caps_its_principals_modules() {
     assert!(mine[0]["charges"]["heap_byte_seconds"].as_u64().unwrap() > 0, "{}", mine[0]);
 }
 
+/// A module that asks its session for 4 MiB of heap, then (300 ms later)
+/// for 1 GiB, through `session.heap_request` (issue 15).
+const HEAP_ASK_WAT: &str = r#"(module
+  (import "anode" "register" (func $reg (param i32 i32 i32) (result i32)))
+  (import "time" "set_alarm" (func $alarm (param i64 i32 i32) (result i32)))
+  (import "session" "heap_request" (func $ask (param i64) (result i32)))
+  (memory (export "memory") 1)
+  (global $n (mut i32) (i32.const 0))
+  (data (i32.const 0) "tick")
+  (func $tick (param i32 i32) (result i32)
+    (global.set $n (i32.add (global.get $n) (i32.const 1)))
+    (if (i32.eq (global.get $n) (i32.const 1)) (then (drop (call $ask (i64.const 4194304)))))
+    (if (i32.eq (global.get $n) (i32.const 2)) (then (drop (call $ask (i64.const 1073741824)))))
+    (if (i32.lt_u (global.get $n) (i32.const 2)) (then (drop (call $alarm (i64.const 300) (i32.const 0) (i32.const 4)))))
+    (i32.const 0))
+  (table (export "__indirect_function_table") 1 funcref)
+  (elem (i32.const 0) $tick)
+  (func (export "anode_init")
+    (drop (call $reg (i32.const 0) (i32.const 4) (i32.const 0)))
+    (drop (call $alarm (i64.const 100) (i32.const 0) (i32.const 4)))))"#;
+
+#[test]
+fn a_module_asks_its_session_for_heap_and_admission_decides() {
+    let (env, c, keys) = Env::up("heapask", &["s"]);
+    let (skey, spub) = keys.into_iter().next().unwrap();
+    // The session credential allows 16 MiB of heap (the issue default).
+    let scred = env.cred(&spub, "s.session", &["--kind", "session", "--vp-share", "30%", "--total-share", "30%"]);
+    let o = env
+        .run(&skey, &["session", "open", "--credential", scred.to_str().unwrap(), "--vp", "1ms/4ms", "--heap", "2MiB"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let wasm = env.s.0.join("heapask.wasm");
+    std::fs::write(&wasm, wat::parse_str(HEAP_ASK_WAT).unwrap()).unwrap();
+    let w = wasm.to_str().unwrap();
+    let cred = env.cred(&spub, "s.module", &["--kind", "module", "--module", w, "--interface", "time"]);
+    let o = env.run(&skey, &["module", "load", w, "--credential", cred.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let heap_of = || -> (u64, serde_json::Value) {
+        let mine = principal_sessions(&c);
+        let o = Command::new(ANODE).args(["module", "list", "--json", "--run-dir"]).arg(&c).output().unwrap();
+        let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (mine[0]["heap_bytes"].as_u64().unwrap(), list[0]["heap"].clone())
+    };
+    // 4 MiB is within the credential: granted, and the sandbox's account follows.
+    assert!(common::eventually(10.0, || heap_of().0 == 4 << 20), "{:?}", heap_of());
+    assert!(
+        common::eventually(5.0, || heap_of().1["reservation"].as_u64() == Some(4 << 20)),
+        "{:?}",
+        heap_of()
+    );
+    // 1 GiB is not: refused, the reservation stays.
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let (bytes, h) = heap_of();
+    assert_eq!(bytes, 4 << 20, "{h}");
+    assert!(h["used"].as_u64().unwrap() >= 64 << 10, "its memory is charged: {h}");
+    let st = status(&c);
+    assert!(st["rcane"]["counters"]["session_refused"].as_u64().unwrap_or(0) >= 1, "{}", st["rcane"]);
+}
+
 #[test]
 fn the_period_log_records_every_vp_period_and_makes_a_fig11_trace() {
     let (env, c, keys) = Env::up_with("periods", &["p"], &["--period-log"]);

@@ -424,19 +424,16 @@ fn define_core(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
 }
 
 fn define_session(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
-    // heap_request(bytes) -> 0 asked | E_INVAL | E_CONTEXT no session
-    // reservation | E_LIMIT below current use (pressure is flagged) or
-    // already asked in this invocation. The node's admission control
-    // decides (within the session credential's ceiling and the node's
-    // free memory); the answer is the reservation `heap_reserved` returns
-    // from the module's next invocation on.
+    // heap_request(bytes) -> 0 asked | E_INVAL | E_LIMIT below current
+    // use (pressure is flagged) or already asked in this invocation. The
+    // node's admission control decides, for the principal's session
+    // (within its credential's ceiling and the node's heap capacity; a
+    // principal without a session is refused); the answer is the
+    // reservation `heap_reserved` returns from then on.
     l.func_wrap(SESSION_MODULE, "heap_request", |mut c: C<'_>, bytes: i64| -> i32 {
         let Ok(bytes) = u64::try_from(bytes) else { return E_INVAL };
         let d = c.data_mut();
-        let (reserved, used) = heap::with(&d.heap, |a| (a.reservation(), a.used()));
-        if reserved.is_none() {
-            return E_CONTEXT;
-        }
+        let used = heap::with(&d.heap, |a| a.used());
         if d.call.heap_asked {
             return E_LIMIT;
         }

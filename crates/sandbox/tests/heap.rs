@@ -49,12 +49,12 @@ fn memories_and_tables_of_every_store_are_charged_to_one_account() {
     let a = load_heap(&mut sb, &code, principal(1), 1_000_000);
     let u = heap(&sb, 1);
     // One page of memory, a 15-element table.
-    assert_eq!((u.memory, u.tables, u.reservation), (PAGE, 15 * 8, Some(MIB)));
+    assert_eq!((u.memory, u.tables, u.reservation), (PAGE, 16 * 8, Some(MIB)));
     // A second module of the same principal draws from the same account.
     let b = load_heap(&mut sb, &heap_module_2(), principal(1), 1_000_000);
     assert_ne!(a, b);
     let u = heap(&sb, 1);
-    assert_eq!((u.memory, u.tables), (2 * PAGE, 2 * 15 * 8));
+    assert_eq!((u.memory, u.tables), (2 * PAGE, 2 * 16 * 8));
     // Together they stop at the reservation: 16 pages less the 2 they hold.
     let mut out = Vec::new();
     assert_eq!(run(&mut sb, a, "grow", 8, &mut out), Ok(1));
@@ -223,9 +223,16 @@ fn heap_requests_go_to_the_node_and_a_shrink_below_use_is_refused_with_pressure(
     let mut jobs = Vec::new();
     sb.due_jobs(now(2), &mut jobs);
     assert_eq!(jobs.len(), 1);
-    // Without a session reservation there is nothing to ask.
+    // One request per invocation.
+    out.clear();
+    assert_eq!(run(&mut sb, a, "ask_twice", 4096, &mut out), Ok(-3));
+    assert_eq!(out.len(), 1, "{out:?}");
+    // Without a session reservation the node is still asked (it knows
+    // whether the principal has a session); there is none to report.
     sb.set_session_heap(principal(1), None);
-    assert_eq!(run(&mut sb, a, "ask", 4096, &mut out), Ok(-5));
+    out.clear();
+    assert_eq!(run(&mut sb, a, "ask", 4096, &mut out), Ok(0));
+    assert_eq!(out.len(), 1, "{out:?}");
     assert_eq!(run(&mut sb, a, "reserved", 0, &mut out), Ok(-5));
 }
 

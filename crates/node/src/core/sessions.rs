@@ -963,6 +963,7 @@ impl Node {
                 "session": sid.to_string(),
                 "owner": i.owner.to_string(),
                 "share_ppm": i.share_ppm,
+                "heap_bytes": i.heap_bytes,
                 "expires_in_ms": i.expires_at_ns.map(|t| t.saturating_sub(now_ns) / 1_000_000),
                 "vps": vps,
                 "pools": pools,

@@ -24,7 +24,8 @@ use super::*;
 ///   how many it put;
 /// - `heap_pressure`: counts the call (mode 0) or spins forever (mode 1);
 ///   `pcount`: the count; `hostile`: sets mode 1;
-/// - `ask`: `session.heap_request(arg × 1024)`; `reserved`:
+/// - `ask`: `session.heap_request(arg × 1024)`; `ask_twice`: the same
+///   twice (the second's answer); `reserved`:
 ///   `session.heap_reserved()` in KiB (or the error code).
 pub const HEAP_WAT: &str = r#"(module
   (import "anode" "register" (func $reg (param i32 i32 i32) (result i32)))
@@ -52,6 +53,7 @@ pub const HEAP_WAT: &str = r#"(module
   (data (i32.const 112) "hostile")
   (data (i32.const 120) "ask")
   (data (i32.const 128) "reserved")
+  (data (i32.const 144) "ask_twice")
   (func $bomb (param i32 i32) (result i32)
     (loop $l (br_if $l (i32.ne (memory.grow (i32.const 4)) (i32.const -1))))
     unreachable)
@@ -123,9 +125,12 @@ pub const HEAP_WAT: &str = r#"(module
     (if (result i32) (i64.lt_s (local.get $r) (i64.const 0))
       (then (i32.wrap_i64 (local.get $r)))
       (else (i32.wrap_i64 (i64.div_u (local.get $r) (i64.const 1024))))))
-  (table (export "__indirect_function_table") 15 funcref)
+  (func $ask_twice (param i32 i32) (result i32)
+    (drop (call $ask_f (local.get 0) (local.get 1)))
+    (call $ask_f (local.get 0) (local.get 1)))
+  (table (export "__indirect_function_table") 16 funcref)
   (elem (i32.const 0) $bomb $creep $grow $touch_all $mark $sum $listen $pkt $pkts_f $fill $pressure $pcount_f
-        $hostile $ask_f $reserved_f)
+        $hostile $ask_f $reserved_f $ask_twice)
   (func (export "anode_init")
     (drop (call $reg (i32.const 0) (i32.const 4) (i32.const 0)))
     (drop (call $reg (i32.const 8) (i32.const 5) (i32.const 1)))
@@ -141,7 +146,8 @@ pub const HEAP_WAT: &str = r#"(module
     (drop (call $reg (i32.const 104) (i32.const 6) (i32.const 11)))
     (drop (call $reg (i32.const 112) (i32.const 7) (i32.const 12)))
     (drop (call $reg (i32.const 120) (i32.const 3) (i32.const 13)))
-    (drop (call $reg (i32.const 128) (i32.const 8) (i32.const 14)))))"#;
+    (drop (call $reg (i32.const 128) (i32.const 8) (i32.const 14)))
+    (drop (call $reg (i32.const 144) (i32.const 9) (i32.const 15)))))"#;
 
 /// The heap module's binary.
 pub fn heap_module() -> Vec<u8> {
