@@ -657,11 +657,7 @@ fn a_module_asks_its_session_for_heap_and_admission_decides() {
     };
     // 4 MiB is within the credential: granted, and the sandbox's account follows.
     assert!(common::eventually(10.0, || heap_of().0 == 4 << 20), "{:?}", heap_of());
-    assert!(
-        common::eventually(5.0, || heap_of().1["reservation"].as_u64() == Some(4 << 20)),
-        "{:?}",
-        heap_of()
-    );
+    assert!(common::eventually(5.0, || heap_of().1["reservation"].as_u64() == Some(4 << 20)), "{:?}", heap_of());
     // 1 GiB is not: refused, the reservation stays.
     std::thread::sleep(std::time::Duration::from_millis(800));
     let (bytes, h) = heap_of();

@@ -168,11 +168,8 @@ pub fn principal(n: u8) -> PrincipalId {
 /// 64 MiB of memory granted: the session reservation is what binds).
 pub fn load_heap(sb: &mut Sandbox, code: &[u8], p: PrincipalId, cpu: u64) -> ModuleId {
     let c = admin(p);
-    let bytes = c.to_bytes();
-    let mut limits = RequestedLimits::default();
-    limits.cpu = Some(cpu);
-    limits.memory = Some(64 << 20);
-    let spec = LoadSpec { code, credential: Some(&bytes), requester: None, local_name: None, limits };
+    let limits = RequestedLimits { cpu: Some(cpu), memory: Some(64 << 20), ..Default::default() };
+    let spec = LoadSpec { code, credential: Some(c.to_bytes()), requester: None, local_name: None, limits };
     sb.load(now(0), &spec).unwrap()
 }
 
