@@ -614,7 +614,9 @@ fn a_session_heap_reservation_caps_its_principals_modules() {
 }
 
 /// A module that asks its session for 4 MiB of heap, then (300 ms later)
-/// for 1 GiB, through `session.heap_request` (issue 15).
+/// for 1 GiB, through `session.heap_request`; 300 ms later still it grows
+/// its memory to 3.5 MiB, past 80 % of 4 MiB, and its `heap_pressure`
+/// entry asks for 8 MiB (issue 15).
 const HEAP_ASK_WAT: &str = r#"(module
   (import "anode" "register" (func $reg (param i32 i32 i32) (result i32)))
   (import "time" "set_alarm" (func $alarm (param i64 i32 i32) (result i32)))
@@ -622,16 +624,20 @@ const HEAP_ASK_WAT: &str = r#"(module
   (memory (export "memory") 1)
   (global $n (mut i32) (i32.const 0))
   (data (i32.const 0) "tick")
+  (data (i32.const 8) "heap_pressure")
   (func $tick (param i32 i32) (result i32)
     (global.set $n (i32.add (global.get $n) (i32.const 1)))
     (if (i32.eq (global.get $n) (i32.const 1)) (then (drop (call $ask (i64.const 4194304)))))
     (if (i32.eq (global.get $n) (i32.const 2)) (then (drop (call $ask (i64.const 1073741824)))))
-    (if (i32.lt_u (global.get $n) (i32.const 2)) (then (drop (call $alarm (i64.const 300) (i32.const 0) (i32.const 4)))))
+    (if (i32.eq (global.get $n) (i32.const 3)) (then (drop (memory.grow (i32.const 55)))))
+    (if (i32.lt_u (global.get $n) (i32.const 3)) (then (drop (call $alarm (i64.const 300) (i32.const 0) (i32.const 4)))))
     (i32.const 0))
-  (table (export "__indirect_function_table") 1 funcref)
-  (elem (i32.const 0) $tick)
+  (func $pressure (param i32 i32) (result i32) (call $ask (i64.const 8388608)))
+  (table (export "__indirect_function_table") 2 funcref)
+  (elem (i32.const 0) $tick $pressure)
   (func (export "anode_init")
     (drop (call $reg (i32.const 0) (i32.const 4) (i32.const 0)))
+    (drop (call $reg (i32.const 8) (i32.const 13) (i32.const 1)))
     (drop (call $alarm (i64.const 100) (i32.const 0) (i32.const 4)))))"#;
 
 #[test]
@@ -659,12 +665,15 @@ fn a_module_asks_its_session_for_heap_and_admission_decides() {
     assert!(common::eventually(10.0, || heap_of().0 == 4 << 20), "{:?}", heap_of());
     assert!(common::eventually(5.0, || heap_of().1["reservation"].as_u64() == Some(4 << 20)), "{:?}", heap_of());
     // 1 GiB is not: refused, the reservation stays.
-    std::thread::sleep(std::time::Duration::from_millis(800));
-    let (bytes, h) = heap_of();
-    assert_eq!(bytes, 4 << 20, "{h}");
-    assert!(h["used"].as_u64().unwrap() >= 64 << 10, "its memory is charged: {h}");
-    let st = status(&c);
-    assert!(st["rcane"]["counters"]["session_refused"].as_u64().unwrap_or(0) >= 1, "{}", st["rcane"]);
+    let refused = || status(&c)["rcane"]["counters"]["session_refused"].as_u64().unwrap_or(0);
+    assert!(common::eventually(5.0, || refused() >= 1), "{}", status(&c)["rcane"]);
+    assert_eq!(heap_of().0, 4 << 20, "{:?}", heap_of());
+    // Past 80 % of 4 MiB its pressure entry runs (in its session) and asks for 8 MiB.
+    assert!(common::eventually(10.0, || heap_of().0 == 8 << 20), "{:?}", heap_of());
+    let (_, h) = heap_of();
+    assert_eq!(h["pressure_calls"].as_u64(), Some(1), "{h}");
+    assert!(h["memory"].as_u64().unwrap() == 56 * (64 << 10), "its memory is charged: {h}");
+    assert_eq!(h["reservation"].as_u64(), Some(8 << 20), "{h}");
 }
 
 #[test]
