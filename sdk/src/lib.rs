@@ -24,6 +24,12 @@ pub mod sys {
         pub fn register(name: *const u8, len: i32, table_index: i32) -> i32;
         pub fn input_read(ptr: *mut u8, cap: i32, offset: i32) -> i32;
     }
+    #[link(wasm_import_module = "session")]
+    unsafe extern "C" {
+        pub fn heap_request(bytes: i64) -> i32;
+        pub fn heap_reserved() -> i64;
+        pub fn heap_used() -> i64;
+    }
     #[link(wasm_import_module = "log")]
     unsafe extern "C" {
         pub fn write(ptr: *const u8, len: i32) -> i32;
@@ -230,6 +236,30 @@ pub mod net {
     /// Closes a channel.
     pub fn close_channel(c: Channel) -> Result<(), Error> {
         check(unsafe { super::sys::close_channel(c.0) }).map(|_| ())
+    }
+}
+
+/// `session`: the session's heap (RCANE §IV-E; always available, no right needed).
+/// A module that registers an entry named [`session::PRESSURE_ENTRY`] is
+/// called (argument: use in percent of the reservation) when its heap
+/// crosses 80 % of its session's reservation.
+pub mod session {
+    use super::{Error, check};
+    /// The entry called on heap pressure.
+    pub const PRESSURE_ENTRY: &str = "heap_pressure";
+    /// Asks the node for a heap reservation of `bytes`; the node decides
+    /// later (see [`heap_reserved`]). [`Error::Limit`] below current use
+    /// (the pressure entry is called) or when already asked in this call.
+    pub fn heap_request(bytes: u64) -> Result<(), Error> {
+        check(unsafe { super::sys::heap_request(bytes.min(i64::MAX as u64) as i64) }).map(|_| ())
+    }
+    /// The session's heap reservation, bytes (`None` without one).
+    pub fn heap_reserved() -> Option<u64> {
+        u64::try_from(unsafe { super::sys::heap_reserved() }).ok()
+    }
+    /// Bytes charged to this principal's heap.
+    pub fn heap_used() -> u64 {
+        unsafe { super::sys::heap_used() as u64 }
     }
 }
 

@@ -613,6 +613,69 @@ fn a_session_heap_reservation_caps_its_principals_modules() {
     assert!(mine[0]["charges"]["heap_byte_seconds"].as_u64().unwrap() > 0, "{}", mine[0]);
 }
 
+/// A module that asks its session for 4 MiB of heap, then (300 ms later)
+/// for 1 GiB, through `session.heap_request`; 300 ms later still it grows
+/// its memory to 3.5 MiB, past 80 % of 4 MiB, and its `heap_pressure`
+/// entry asks for 8 MiB (issue 15).
+const HEAP_ASK_WAT: &str = r#"(module
+  (import "anode" "register" (func $reg (param i32 i32 i32) (result i32)))
+  (import "time" "set_alarm" (func $alarm (param i64 i32 i32) (result i32)))
+  (import "session" "heap_request" (func $ask (param i64) (result i32)))
+  (memory (export "memory") 1)
+  (global $n (mut i32) (i32.const 0))
+  (data (i32.const 0) "tick")
+  (data (i32.const 8) "heap_pressure")
+  (func $tick (param i32 i32) (result i32)
+    (global.set $n (i32.add (global.get $n) (i32.const 1)))
+    (if (i32.eq (global.get $n) (i32.const 1)) (then (drop (call $ask (i64.const 4194304)))))
+    (if (i32.eq (global.get $n) (i32.const 2)) (then (drop (call $ask (i64.const 1073741824)))))
+    (if (i32.eq (global.get $n) (i32.const 3)) (then (drop (memory.grow (i32.const 55)))))
+    (if (i32.lt_u (global.get $n) (i32.const 3)) (then (drop (call $alarm (i64.const 300) (i32.const 0) (i32.const 4)))))
+    (i32.const 0))
+  (func $pressure (param i32 i32) (result i32) (call $ask (i64.const 8388608)))
+  (table (export "__indirect_function_table") 2 funcref)
+  (elem (i32.const 0) $tick $pressure)
+  (func (export "anode_init")
+    (drop (call $reg (i32.const 0) (i32.const 4) (i32.const 0)))
+    (drop (call $reg (i32.const 8) (i32.const 13) (i32.const 1)))
+    (drop (call $alarm (i64.const 100) (i32.const 0) (i32.const 4)))))"#;
+
+#[test]
+fn a_module_asks_its_session_for_heap_and_admission_decides() {
+    let (env, c, keys) = Env::up("heapask", &["s"]);
+    let (skey, spub) = keys.into_iter().next().unwrap();
+    // The session credential allows 16 MiB of heap (the issue default).
+    let scred = env.cred(&spub, "s.session", &["--kind", "session", "--vp-share", "30%", "--total-share", "30%"]);
+    let o = env
+        .run(&skey, &["session", "open", "--credential", scred.to_str().unwrap(), "--vp", "1ms/4ms", "--heap", "2MiB"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let wasm = env.s.0.join("heapask.wasm");
+    std::fs::write(&wasm, wat::parse_str(HEAP_ASK_WAT).unwrap()).unwrap();
+    let w = wasm.to_str().unwrap();
+    let cred = env.cred(&spub, "s.module", &["--kind", "module", "--module", w, "--interface", "time"]);
+    let o = env.run(&skey, &["module", "load", w, "--credential", cred.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let heap_of = || -> (u64, serde_json::Value) {
+        let mine = principal_sessions(&c);
+        let o = Command::new(ANODE).args(["module", "list", "--json", "--run-dir"]).arg(&c).output().unwrap();
+        let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (mine[0]["heap_bytes"].as_u64().unwrap(), list[0]["heap"].clone())
+    };
+    // 4 MiB is within the credential: granted, and the sandbox's account follows.
+    assert!(common::eventually(10.0, || heap_of().0 == 4 << 20), "{:?}", heap_of());
+    assert!(common::eventually(5.0, || heap_of().1["reservation"].as_u64() == Some(4 << 20)), "{:?}", heap_of());
+    // 1 GiB is not: refused, the reservation stays.
+    let refused = || status(&c)["rcane"]["counters"]["session_refused"].as_u64().unwrap_or(0);
+    assert!(common::eventually(5.0, || refused() >= 1), "{}", status(&c)["rcane"]);
+    assert_eq!(heap_of().0, 4 << 20, "{:?}", heap_of());
+    // Past 80 % of 4 MiB its pressure entry runs (in its session) and asks for 8 MiB.
+    assert!(common::eventually(10.0, || heap_of().0 == 8 << 20), "{:?}", heap_of());
+    let (_, h) = heap_of();
+    assert_eq!(h["pressure_calls"].as_u64(), Some(1), "{h}");
+    assert!(h["memory"].as_u64().unwrap() == 56 * (64 << 10), "its memory is charged: {h}");
+    assert_eq!(h["reservation"].as_u64(), Some(8 << 20), "{h}");
+}
+
 #[test]
 fn the_period_log_records_every_vp_period_and_makes_a_fig11_trace() {
     let (env, c, keys) = Env::up_with("periods", &["p"], &["--period-log"]);

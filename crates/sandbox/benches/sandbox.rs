@@ -255,12 +255,12 @@ fn preemption(c: &mut Criterion) {
         let mut printed = false;
         g.bench_function(format!("loop_200k_{label}"), |b| {
             b.iter(|| {
-                let job = anode_sandbox::Job {
-                    module: id,
-                    kind: anode_sandbox::JobKind::Entry { entry: "work".into(), arg: 0 },
-                    input: Vec::new(),
-                    source: 0,
-                };
+                let job = anode_sandbox::Job::new(
+                    id,
+                    anode_sandbox::JobKind::Entry { entry: "work".into(), arg: 0 },
+                    Vec::new(),
+                    0,
+                );
                 let t = sb.start(now(1), job).unwrap().unwrap();
                 let mut points = 0u32;
                 let r = match sb.resume(

@@ -20,6 +20,7 @@ pub(crate) type Entry = TypedFunc<(i32, i32), i32>;
 
 use crate::capsule::{Capsule, valid_entry};
 use crate::handles::HandleTable;
+use crate::heap::{self, HANDLE_BYTES, Part, STATE_ENTRY_BYTES, SharedHeap, TABLE_ELEMENT_BYTES};
 use crate::marshal;
 use crate::state::SoftState;
 use crate::{Action, ModuleId, Routes};
@@ -106,6 +107,8 @@ pub(crate) struct CallCtx {
     pub registrations: Vec<(String, Entry)>,
     pub capsule: Option<CapsuleCtx>,
     pub log_dropped: u32,
+    /// Whether this invocation already asked for a heap change.
+    pub heap_asked: bool,
 }
 
 struct LogBucket {
@@ -113,30 +116,81 @@ struct LogBucket {
     last_ms: u64,
 }
 
-/// Memory accounting for one store: the sum of its linear memories.
+/// Memory accounting for one store: the sum of its linear memories (and
+/// tables), charged to its principal's heap account too (`crate::heap`).
 pub(crate) struct MemLimiter {
+    /// This store's own cap (its principal's credentials' `memory`), used
+    /// while the account holds no session reservation.
     pub cap: usize,
+    /// Linear memory bytes this store holds.
     pub used: usize,
+    /// Table bytes this store holds.
+    pub tables: usize,
     pub exceeded: bool,
+    /// The principal's account (`None` for pods, which have their own cap).
+    pub heap: Option<SharedHeap>,
+}
+
+impl MemLimiter {
+    /// A limiter of `cap` bytes for a store charged to `heap`.
+    pub fn new(cap: usize, heap: Option<SharedHeap>) -> MemLimiter {
+        MemLimiter { cap, used: 0, tables: 0, exceeded: false, heap }
+    }
+
+    /// Charges `bytes` more of `part`: to the session's reservation when
+    /// the account has one, else to this store's own cap (linear memory
+    /// only, as before sessions: tables are bounded by their element count).
+    fn grow(&mut self, part: Part, bytes: usize) -> bool {
+        let ok = match &self.heap {
+            Some(h) => heap::with(h, |a| {
+                if a.reserved() {
+                    a.charge(part, bytes)
+                } else if part == Part::Memory && self.used.saturating_add(bytes) > self.cap {
+                    a.refuse();
+                    false
+                } else {
+                    a.force(part, bytes);
+                    true
+                }
+            }),
+            None => part != Part::Memory || self.used.saturating_add(bytes) <= self.cap,
+        };
+        if !ok {
+            self.exceeded = true;
+            return false;
+        }
+        match part {
+            Part::Tables => self.tables += bytes,
+            _ => self.used += bytes,
+        }
+        true
+    }
+}
+
+impl Drop for MemLimiter {
+    /// The store's memories and tables go with it: give them back.
+    fn drop(&mut self) {
+        if let Some(h) = &self.heap {
+            heap::with(h, |a| {
+                a.release(Part::Memory, self.used);
+                a.release(Part::Tables, self.tables);
+            });
+        }
+    }
 }
 
 impl ResourceLimiter for MemLimiter {
     fn memory_growing(&mut self, current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
-        let grow = desired.saturating_sub(current);
-        if self.used.saturating_add(grow) > self.cap {
-            self.exceeded = true;
-            return Ok(false);
-        }
-        self.used += grow;
-        Ok(true)
+        Ok(self.grow(Part::Memory, desired.saturating_sub(current)))
     }
-    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(&mut self, current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
         // Tables are small and fixed in practice; bound them anyway.
         if desired > 100_000 {
             self.exceeded = true;
             return Ok(false);
         }
-        Ok(true)
+        let bytes = desired.saturating_sub(current).saturating_mul(TABLE_ELEMENT_BYTES);
+        Ok(self.grow(Part::Tables, bytes))
     }
     fn instances(&self) -> usize {
         100_000
@@ -174,19 +228,32 @@ pub(crate) struct TenantState {
     pub fuel_owed: u64,
     /// `yield_count` when the owed fuel was last taken off.
     pub fuel_paid_at: u64,
+    /// The principal's heap account (`crate::heap`), shared by its stores.
+    pub heap: SharedHeap,
+    /// Handle bytes this store has charged to `heap`.
+    handles_charged: usize,
+}
+
+impl Drop for TenantState {
+    /// The store's handles go with it.
+    fn drop(&mut self) {
+        let b = std::mem::take(&mut self.handles_charged);
+        heap::with(&self.heap, |a| a.release(Part::Handles, b));
+    }
 }
 
 impl TenantState {
     pub fn new(
         principal: PrincipalId,
         mem_cap: usize,
+        heap: SharedHeap,
         state: Arc<Mutex<SoftState>>,
         routes: Arc<dyn Routes>,
         limits: HostLimits,
     ) -> TenantState {
         TenantState {
             principal,
-            limiter: MemLimiter { cap: mem_cap, used: 0, exceeded: false },
+            limiter: MemLimiter::new(mem_cap, Some(heap.clone())),
             call: CallCtx::default(),
             handles: HandleTable::new(limits.channels + limits.alarms),
             state,
@@ -199,7 +266,34 @@ impl TenantState {
             yield_count: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             fuel_owed: 0,
             fuel_paid_at: 0,
+            heap,
+            handles_charged: 0,
         }
+    }
+
+    /// Charges one more handle to the heap; `false` (a refusal counted) if
+    /// it does not fit in the session's reservation.
+    fn charge_handle(&mut self) -> bool {
+        let ok = heap::with(&self.heap, |a| a.charge(Part::Handles, HANDLE_BYTES));
+        if ok {
+            self.handles_charged += HANDLE_BYTES;
+        }
+        ok
+    }
+
+    /// Brings the heap's handle charge in step with the live handles (after
+    /// handles went: closed, fired, their module unloaded).
+    pub(crate) fn sync_handles(&mut self) {
+        let want = self.handles.len().saturating_mul(HANDLE_BYTES);
+        let have = self.handles_charged;
+        heap::with(&self.heap, |a| {
+            if want > have {
+                a.force(Part::Handles, want - have);
+            } else {
+                a.release(Part::Handles, have - want);
+            }
+        });
+        self.handles_charged = want;
     }
 
     fn count_objs(&self, channel: bool) -> usize {
@@ -256,6 +350,7 @@ fn to_addr(a: i32) -> Ipv4Addr {
 pub(crate) fn linker_for(engine: &Engine, granted: InterfaceSet) -> wasmtime::Result<Linker<TenantState>> {
     let mut l = Linker::new(engine);
     define_core(&mut l)?;
+    define_session(&mut l)?;
     for i in granted.iter() {
         match i {
             Interface::Log => define_log(&mut l)?,
@@ -274,9 +369,15 @@ pub(crate) fn linker_for(engine: &Engine, granted: InterfaceSet) -> wasmtime::Re
 /// Name of the always-present core import module.
 pub const CORE_MODULE: &str = "anode";
 
+/// Name of the always-present session import module (`session.heap_*`):
+/// a module may always ask about and for its own session's heap, which its
+/// session credential's ceiling and the node's admission bound.
+pub const SESSION_MODULE: &str = "session";
+
 /// Every host function, by import module: what a module may import at all.
 pub const FUNCTIONS: &[(&str, &[&str])] = &[
     (CORE_MODULE, &["register", "input_read"]),
+    (SESSION_MODULE, &["heap_request", "heap_reserved", "heap_used"]),
     ("log", &["write"]),
     ("route", &["this_host", "next_hop"]),
     ("net", &["send", "deliver_local", "source", "forward_capsule", "open_channel", "close_channel"]),
@@ -319,6 +420,42 @@ fn define_core(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
         c.data_mut().call.input = input;
         r
     })?;
+    Ok(())
+}
+
+fn define_session(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
+    // heap_request(bytes) -> 0 asked | E_INVAL | E_LIMIT below current
+    // use (pressure is flagged) or already asked in this invocation. The
+    // node's admission control decides, for the principal's session
+    // (within its credential's ceiling and the node's heap capacity; a
+    // principal without a session is refused); the answer is the
+    // reservation `heap_reserved` returns from then on.
+    l.func_wrap(SESSION_MODULE, "heap_request", |mut c: C<'_>, bytes: i64| -> i32 {
+        let Ok(bytes) = u64::try_from(bytes) else { return E_INVAL };
+        let d = c.data_mut();
+        let used = heap::with(&d.heap, |a| a.used());
+        if d.call.heap_asked {
+            return E_LIMIT;
+        }
+        if usize::try_from(bytes).unwrap_or(usize::MAX) < used {
+            // Shrinking below use is refused; the pressure entry is called
+            // so the module can free, then ask again.
+            heap::with(&d.heap, |a| {
+                a.refuse();
+                a.flag_pressure();
+            });
+            return E_LIMIT;
+        }
+        d.call.heap_asked = true;
+        d.call.out.push(Action::HeapRequest { principal: d.principal, module: ModuleId(d.call.module), bytes });
+        0
+    })?;
+    // heap_reserved() -> the session's heap reservation, bytes | E_CONTEXT none
+    l.func_wrap(SESSION_MODULE, "heap_reserved", |c: C<'_>| -> i64 {
+        heap::with(&c.data().heap, |a| a.reservation()).map_or(i64::from(E_CONTEXT), |r| r as i64)
+    })?;
+    // heap_used() -> bytes charged to the principal's heap
+    l.func_wrap(SESSION_MODULE, "heap_used", |c: C<'_>| -> i64 { heap::with(&c.data().heap, |a| a.used()) as i64 })?;
     Ok(())
 }
 
@@ -439,10 +576,11 @@ fn define_net(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
         }
         let d = c.data_mut();
         let module = d.call.module;
-        if d.count_objs(true) >= d.limits.channels {
+        if d.count_objs(true) >= d.limits.channels || !d.charge_handle() {
             return E_LIMIT;
         }
         let Some(h) = d.handles.insert(module, Obj::Channel { entry }) else {
+            d.sync_handles();
             return E_LIMIT;
         };
         d.ops.push(HostOp::ChannelOpened { module: ModuleId(module), handle: h, port, prefix });
@@ -454,6 +592,7 @@ fn define_net(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
         match d.handles.get(module, h) {
             Some(Obj::Channel { .. }) => {
                 d.handles.remove(module, h);
+                d.sync_handles();
                 d.ops.push(HostOp::ChannelClosed { module: ModuleId(module), handle: h });
                 0
             }
@@ -473,11 +612,14 @@ fn define_time(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
         }
         let d = c.data_mut();
         let module = d.call.module;
-        if d.count_objs(false) >= d.limits.alarms {
+        if d.count_objs(false) >= d.limits.alarms || !d.charge_handle() {
             return E_LIMIT;
         }
         let deadline = d.call.now_ms + delay as u64;
-        let Some(h) = d.handles.insert(module, Obj::Alarm { deadline, entry }) else { return E_LIMIT };
+        let Some(h) = d.handles.insert(module, Obj::Alarm { deadline, entry }) else {
+            d.sync_handles();
+            return E_LIMIT;
+        };
         d.ops.push(HostOp::AlarmSet { module: ModuleId(module), handle: h, deadline });
         h
     })?;
@@ -487,6 +629,7 @@ fn define_time(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
         match d.handles.get(module, h) {
             Some(Obj::Alarm { .. }) => {
                 d.handles.remove(module, h);
+                d.sync_handles();
                 0
             }
             _ => E_NOTFOUND,
@@ -502,15 +645,33 @@ fn define_state(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
         let Some(v) = read(&mut c, vp, vl, crate::state::MAX_VALUE) else { return E_INVAL };
         let now = c.data().call.now_ms;
         let expires = if ttl > 0 { Some(now.saturating_add(ttl as u64)) } else { None };
-        let Ok(mut s) = c.data().state.lock() else { return E_CONTEXT };
-        if s.put(now, k, v, expires) { 0 } else { E_LIMIT }
+        let d = c.data();
+        let Ok(mut s) = d.state.lock() else { return E_CONTEXT };
+        // Checked against the session's heap before, charged exactly after.
+        let cost = k.len() + v.len() + STATE_ENTRY_BYTES;
+        if !heap::with(&d.heap, |a| {
+            a.fits(cost) || {
+                a.refuse();
+                false
+            }
+        }) {
+            return E_LIMIT;
+        }
+        let ok = s.put(now, k, v, expires);
+        sync_state(&d.heap, &s);
+        if ok { 0 } else { E_LIMIT }
     })?;
     // get(key_ptr, key_len, out_ptr, out_cap) -> value length | E_NOTFOUND | E_SMALL
     l.func_wrap("state", "get", |mut c: C<'_>, kp: i32, kl: i32, op: i32, oc: i32| -> i32 {
         let Some(k) = read(&mut c, kp, kl, crate::state::MAX_KEY) else { return E_INVAL };
         let now = c.data().call.now_ms;
-        let v = match c.data().state.lock() {
-            Ok(mut s) => s.get(now, &k).map(<[u8]>::to_vec),
+        let d = c.data();
+        let v = match d.state.lock() {
+            Ok(mut s) => {
+                let v = s.get(now, &k).map(<[u8]>::to_vec);
+                sync_state(&d.heap, &s);
+                v
+            }
             Err(_) => return E_CONTEXT,
         };
         match v {
@@ -520,18 +681,24 @@ fn define_state(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
     })?;
     l.func_wrap("state", "remove", |mut c: C<'_>, kp: i32, kl: i32| -> i32 {
         let Some(k) = read(&mut c, kp, kl, crate::state::MAX_KEY) else { return E_INVAL };
-        match c.data().state.lock() {
+        let d = c.data();
+        match d.state.lock() {
             Ok(mut s) => {
-                if s.remove(&k) {
-                    0
-                } else {
-                    E_NOTFOUND
-                }
+                let found = s.remove(&k);
+                sync_state(&d.heap, &s);
+                if found { 0 } else { E_NOTFOUND }
             }
             Err(_) => E_CONTEXT,
         }
     })?;
     Ok(())
+}
+
+/// Sets the heap's soft-state part from the state itself (entries expire
+/// on their own, so it is recomputed rather than tracked).
+pub(crate) fn sync_state(heap: &SharedHeap, s: &SoftState) {
+    let bytes = s.bytes().saturating_add(s.len().saturating_mul(STATE_ENTRY_BYTES));
+    heap::with(heap, |a| a.set(Part::State, bytes));
 }
 
 fn define_marshal(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {

@@ -26,6 +26,7 @@ pub mod cache;
 pub mod capsule;
 pub mod fuzzing;
 pub mod handles;
+pub mod heap;
 pub mod host;
 pub mod marshal;
 pub mod ping;
@@ -39,6 +40,7 @@ use std::time::SystemTime;
 
 pub use anode_cred::{self as cred, PrincipalId};
 pub use cache::{CacheStats, Import};
+pub use heap::{HeapCharge, HeapUse};
 pub use host::HostLimits;
 pub use sandbox::PodSpec;
 pub use sandbox::{
@@ -104,6 +106,18 @@ pub enum Action {
         port: u16,
         /// Payload.
         payload: Vec<u8>,
+    },
+    /// A module asks for its session's heap reservation to become `bytes`
+    /// (`session.heap_request`): the node decides with its admission control,
+    /// and gives the sandbox the outcome with
+    /// [`Sandbox::set_session_heap`]. At most one per invocation.
+    HeapRequest {
+        /// The module's principal.
+        principal: PrincipalId,
+        /// The module.
+        module: ModuleId,
+        /// The reservation asked for, bytes.
+        bytes: u64,
     },
     /// A line for the node's log from a module (already rate-limited).
     Log {

@@ -458,12 +458,7 @@ impl PodHub {
         cpu: u64,
         memory: usize,
     ) -> Result<Live, PodError> {
-        let data = PodState {
-            hub: self.me.clone(),
-            pod: id,
-            depth: 0,
-            limiter: MemLimiter { cap: memory, used: 0, exceeded: false },
-        };
+        let data = PodState { hub: self.me.clone(), pod: id, depth: 0, limiter: MemLimiter::new(memory, None) };
         let mut store = Store::new(&self.engine, data);
         store.limiter(|d| &mut d.limiter);
         store.call_hook(|mut ctx, hook| {

@@ -537,7 +537,7 @@ fn a_slow_caller_cannot_hold_a_pod_across_its_preemption() {
     let s = sb.load(now(0), &spec).unwrap();
     let fast = load_client(&mut sb, user(), None);
     let bf = bind_full(&mut sb, fast, "store.count");
-    let job = Job { module: s, kind: JobKind::Entry { entry: "run".into(), arg: 0 }, input: Vec::new(), source: 0 };
+    let job = Job::new(s, JobKind::Entry { entry: "run".into(), arg: 0 }, Vec::new(), 0);
     let mut task = sb.start(now(1), job).unwrap().unwrap();
     let mut out = Vec::new();
     let mut interleaved = 0;

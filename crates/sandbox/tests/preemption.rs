@@ -14,7 +14,7 @@ fn spec<'a>(code: &'a [u8], cred: Option<&'a [u8]>) -> LoadSpec<'a> {
 }
 
 fn job(module: anode_sandbox::ModuleId, entry: &str, input: &[u8]) -> Job {
-    Job { module, kind: JobKind::Entry { entry: entry.into(), arg: 0 }, input: input.to_vec(), source: 0 }
+    Job::new(module, JobKind::Entry { entry: entry.into(), arg: 0 }, input.to_vec(), 0)
 }
 
 /// A loop of `n` iterations that returns its count: work with a known end.

@@ -5,11 +5,13 @@
 //!   bandwidth control, on one pinned CPU.
 //! - `plot-fig11`: the PNG of one or more Fig. 11 traces.
 //! - `stats`: per-load statistics of Fig. 11 traces.
+//! - `fig16`: RCANE Fig. 16 (isolation of allocation) in the sandbox.
 //!
 //! The trace format is `anode_sched::trace` (docs/rcane.md), shared with the
 //! anode node's own run.
 
 mod fig11;
+mod fig16;
 mod periods;
 mod plot;
 
@@ -36,6 +38,10 @@ pub enum ExperimentCmd {
         #[arg(short, long, default_value = "fig11.png")]
         output: PathBuf,
     },
+    /// RCANE Fig. 16 (isolation of allocation) in the sandbox, on virtual
+    /// time: B (1 ms in 4 ms) beside A allocating heavily, in one session
+    /// and in two; writes fig16.csv and fig16.png.
+    Fig16(fig16::Fig16Args),
     /// A Fig. 11 trace from a node's period log (`anode node --period-log`).
     #[command(name = "from-periods")]
     FromPeriods(periods::FromPeriodsArgs),
@@ -55,6 +61,7 @@ pub enum ExperimentCmd {
 pub fn run(c: ExperimentCmd) -> Result<std::process::ExitCode> {
     match c {
         ExperimentCmd::Fig11(a) => fig11::run(a),
+        ExperimentCmd::Fig16(a) => fig16::run(a),
         ExperimentCmd::FromPeriods(a) => periods::run(a),
         ExperimentCmd::PlotFig11 { csv, output } => {
             let t = load(&csv)?;

@@ -18,7 +18,7 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(255, 127, 14),
 ];
 
-fn register_font() -> Result<()> {
+pub(super) fn register_font() -> Result<()> {
     static ONCE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let ok = *ONCE.get_or_init(|| {
         plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular()).is_ok()

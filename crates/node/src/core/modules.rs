@@ -91,6 +91,11 @@ impl Node {
                     "limits": {"memory": i.grant.limits.memory, "cpu": i.grant.limits.cpu, "state": i.grant.limits.state},
                     "until_unix_s": until,
                     "memory_used": m.sb.memory_used(&i.principal),
+                    "heap": m.sb.heap(&i.principal).map(|h| json!({
+                        "reservation": h.reservation, "used": h.used, "memory": h.memory, "tables": h.tables,
+                        "handles": h.handles, "state": h.state, "queued": h.queued, "peak": h.peak,
+                        "refusals": h.refusals, "pressure_calls": h.pressure_calls,
+                    })),
                     "counters": {"invocations": i.counters.invocations, "ok": i.counters.ok, "traps": i.counters.traps,
                                  "cpu_exhausted": i.counters.cpu_exhausted, "memory_exhausted": i.counters.memory_exhausted},
                 })
@@ -310,6 +315,10 @@ impl Node {
                 }
                 Action::DeliverLocal { principal, port, payload } => {
                     self.deliver_to_app(port, &payload, Owner::Principal(principal), out);
+                }
+                Action::HeapRequest { principal, module, bytes } => {
+                    let now_ms = self.now_ms;
+                    self.module_heap_request(principal, module, bytes, now_ms);
                 }
                 Action::Log { module, principal, text } => {
                     use core::fmt::Write;

@@ -784,6 +784,29 @@ impl Node {
         }
     }
 
+    /// A module's `session.heap_request`: decided as the control path's
+    /// `anode session reserve --heap` is (the session credential's ceiling,
+    /// then admission against the node's heap capacity), by the principal's
+    /// own session; granted, the sandbox's reservation follows at once.
+    pub(super) fn module_heap_request(
+        &mut self,
+        principal: PrincipalId,
+        module: anode_sandbox::ModuleId,
+        bytes: u64,
+        now_ms: u64,
+    ) {
+        let Some(sid) = self.sched.as_ref().and_then(|s| s.by_principal.get(&principal).copied()) else { return };
+        let req = anode_sched::ReserveRequest { heap_bytes: Some(bytes), ..Default::default() };
+        let reply = self.reserve_session(principal, sid, &req, now_ms);
+        let granted = matches!(reply, anode_sched::wire::Reply::Granted { .. });
+        tracing::debug!(%module, %principal, bytes, granted, "module heap request");
+        if granted {
+            self.sync_session_heaps();
+        } else if let Some(s) = self.sched.as_mut() {
+            s.counters.session_refused += 1;
+        }
+    }
+
     /// Runs `principal`'s suspended task to its end (bounded by its fuel),
     /// so that its store is free (a load for a principal whose module is
     /// preempted waits for it, rather than being refused). Returns whether
@@ -947,6 +970,7 @@ impl Node {
                 "session": sid.to_string(),
                 "owner": i.owner.to_string(),
                 "share_ppm": i.share_ppm,
+                "heap_bytes": i.heap_bytes,
                 "expires_in_ms": i.expires_at_ns.map(|t| t.saturating_sub(now_ns) / 1_000_000),
                 "vps": vps,
                 "pools": pools,

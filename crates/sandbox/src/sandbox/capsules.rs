@@ -169,12 +169,18 @@ impl Sandbox {
         };
         let ctx = CapsuleCtx { hash: c.hash, credential: c.credential.into(), code };
         if self.defer_capsules {
-            self.capsule_jobs.push(Job {
-                module: id,
-                kind: JobKind::Capsule { entry: c.entry.into(), ctx: CapsuleJob(ctx) },
-                input: c.data.to_vec(),
-                source: u32::from(from),
-            });
+            // Queued, it holds its data of its principal's heap.
+            let Some(heap) = self.job_charge(id, c.data.len()) else {
+                return Err(CapsuleError::HeapFull);
+            };
+            let mut job = Job::new(
+                id,
+                JobKind::Capsule { entry: c.entry.into(), ctx: CapsuleJob(ctx) },
+                c.data.to_vec(),
+                u32::from(from),
+            );
+            job.heap = heap;
+            self.capsule_jobs.push(job);
             return Ok(CapsuleOutcome::Queued { module: id });
         }
         let result = self.call(now, id, c.entry, 0, c.data, u32::from(from), Some(ctx), out)?;

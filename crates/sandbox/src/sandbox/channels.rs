@@ -52,12 +52,23 @@ impl Sandbox {
     /// node queues them on the pools of the modules' principals.
     pub fn channel_jobs(&self, source: Ipv4Addr, port: u16, payload: &[u8], jobs: &mut Vec<Job>) -> usize {
         let before = jobs.len();
-        jobs.extend(self.channels.iter().filter(|c| c.port == port && payload.starts_with(&c.prefix)).map(|c| Job {
-            module: c.module,
-            kind: JobKind::Channel { handle: c.handle },
-            input: payload.to_vec(),
-            source: u32::from(source),
-        }));
+        for c in self.channels.iter().filter(|c| c.port == port && payload.starts_with(&c.prefix)) {
+            // The queued packet is charged to its principal's heap: a
+            // session that never reads its channel stops at its reservation.
+            let Some(heap) = self.job_charge(c.module, payload.len()) else { continue };
+            let mut job =
+                Job::new(c.module, JobKind::Channel { handle: c.handle }, payload.to_vec(), u32::from(source));
+            job.heap = heap;
+            jobs.push(job);
+        }
         jobs.len() - before
+    }
+
+    /// Charges a queued job of `input` bytes for `module` to its
+    /// principal's heap; `None` (a refusal counted) if it does not fit.
+    pub(super) fn job_charge(&self, module: ModuleId, input: usize) -> Option<HeapCharge> {
+        let m = self.modules.get(&module)?;
+        let t = self.tenants.get(&m.principal)?;
+        HeapCharge::job(&t.heap, input)
     }
 }

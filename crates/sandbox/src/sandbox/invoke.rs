@@ -80,6 +80,7 @@ pub(super) fn begin_call(
     d.call.sends = 0;
     d.call.capsule = capsule;
     d.call.log_dropped = 0;
+    d.call.heap_asked = false;
     d.limiter.exceeded = false;
 }
 

@@ -100,6 +100,7 @@ impl Sandbox {
     pub(super) fn tenant(&mut self, principal: PrincipalId, grant: &Grant) -> &mut Tenant {
         let entries = self.cfg.state_entries;
         let session_heap = self.session_heaps.get(&principal).copied();
+        let signal = self.heap_signal.clone();
         let t = self.tenants.entry(principal).or_insert_with(|| Tenant {
             modules: None,
             capsules: None,
@@ -107,6 +108,7 @@ impl Sandbox {
             state: Arc::new(Mutex::new(SoftState::new(grant.limits.state as usize, entries))),
             mem_cap: grant.limits.memory as usize,
             session_heap,
+            heap: HeapAccount::shared(signal, session_heap),
         });
         // The principal's caps follow its most generous live grant (unless
         // its session's heap reservation caps it).
@@ -124,7 +126,8 @@ impl Sandbox {
 
     pub(super) fn new_space(&mut self, principal: PrincipalId) -> Option<Space> {
         let t = self.tenants.get(&principal)?;
-        let mut data = TenantState::new(principal, t.cap(), t.state.clone(), self.routes.clone(), self.cfg.host);
+        let mut data =
+            TenantState::new(principal, t.cap(), t.heap.clone(), t.state.clone(), self.routes.clone(), self.cfg.host);
         data.pods = Some(self.pods.clone());
         let mut store = Store::new(&self.engine, data);
         store.limiter(|d| &mut d.limiter);
@@ -402,7 +405,7 @@ pub(super) fn scan_imports(code: &[u8]) -> Result<(Vec<Import>, InterfaceSet), L
         if let Payload::ImportSection(r) = p {
             for imp in r.into_imports() {
                 let imp = imp.map_err(|e| LoadError::Malformed(e.to_string()))?;
-                let interface = if imp.module == host::CORE_MODULE {
+                let interface = if imp.module == host::CORE_MODULE || imp.module == host::SESSION_MODULE {
                     None
                 } else {
                     match Interface::from_name(imp.module) {

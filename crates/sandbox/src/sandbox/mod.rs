@@ -35,6 +35,7 @@ use wasmtime::{Config, Engine, InstancePre, Linker, Module, Store, Trap};
 
 use crate::cache::{CacheStats, CodeCache, Import};
 use crate::capsule::{self, Capsule, Message, WireError};
+use crate::heap::{HeapAccount, HeapCharge, HeapUse, SharedHeap};
 use crate::host::{self, CapsuleCtx, Entry, HostLimits, HostOp, Obj, TenantState};
 use crate::state::SoftState;
 use crate::{Action, ModuleId, Now, Routes};
@@ -267,6 +268,10 @@ pub enum CapsuleError {
     /// Too many capsules are waiting for code.
     #[error("too many capsules waiting for code")]
     PendingFull,
+    /// Queued, the capsule would take its principal's heap past its
+    /// session's reservation.
+    #[error("the principal's heap reservation is full")]
+    HeapFull,
 }
 
 impl CapsuleError {
@@ -278,6 +283,7 @@ impl CapsuleError {
             CapsuleError::Load(e) => e.label(),
             CapsuleError::Invoke(e) => e.label(),
             CapsuleError::PendingFull => "pending_full",
+            CapsuleError::HeapFull => "heap_full",
         }
     }
 }
@@ -472,6 +478,9 @@ struct Tenant {
     /// Its session's heap reservation, when it holds one: then this, not
     /// its grants, caps each of its stores (RCANE §IV-E).
     session_heap: Option<usize>,
+    /// Its one heap account (`crate::heap`): both stores and its host
+    /// state draw from it; with `session_heap` set, bounded by it.
+    heap: SharedHeap,
 }
 
 impl Tenant {
@@ -577,6 +586,8 @@ pub struct Sandbox {
     capsule_jobs: Vec<Job>,
     /// Session heap reservations by principal ([`Sandbox::set_session_heap`]).
     session_heaps: HashMap<PrincipalId, usize>,
+    /// Set by a heap account when it flags pressure (`crate::heap`).
+    heap_signal: Arc<std::sync::atomic::AtomicBool>,
     pending: usize,
     next_id: u32,
     next_space: u64,
@@ -632,6 +643,7 @@ impl Sandbox {
             defer_capsules: false,
             capsule_jobs: Vec::new(),
             session_heaps: HashMap::new(),
+            heap_signal: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             pending: 0,
             next_id: 1,
             next_space: 1,
@@ -703,7 +715,15 @@ impl Sandbox {
         if let Some(t) = self.tenants.get_mut(&principal) {
             t.session_heap = bytes;
             t.apply_cap();
+            crate::heap::with(&t.heap, |a| a.set_reservation(bytes));
         }
+    }
+
+    /// `principal`'s heap account: its reservation, what is charged to it
+    /// (memories, tables, handles, soft state, queued jobs), refusals and
+    /// pressure calls (`crate::heap`). `None` before it has loaded anything.
+    pub fn heap(&self, principal: &PrincipalId) -> Option<HeapUse> {
+        self.tenants.get(principal).map(|t| crate::heap::with(&t.heap, |a| a.snapshot()))
     }
 
     /// The principals with a session heap set.

@@ -70,7 +70,8 @@ impl PartialEq for CapsuleJob {
 impl Eq for CapsuleJob {}
 
 /// One unit of module work, an RCANE event: queued on a pool, run by the
-/// pool's virtual processor.
+/// pool's virtual processor. A queued packet or capsule holds its bytes of
+/// its principal's heap until the job starts or is dropped (`crate::heap`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Job {
     /// The module.
@@ -81,6 +82,20 @@ pub struct Job {
     pub input: Vec<u8>,
     /// The source address (`net.source`), 0 if none.
     pub source: u32,
+    /// What it holds of its principal's heap (nothing for a clone).
+    pub(crate) heap: HeapCharge,
+}
+
+impl Job {
+    /// A job that holds nothing of any heap.
+    pub fn new(module: ModuleId, kind: JobKind, input: Vec<u8>, source: u32) -> Job {
+        Job { module, kind, input, source, heap: HeapCharge::default() }
+    }
+
+    /// Bytes of its principal's heap it holds while queued.
+    pub fn heap_bytes(&self) -> usize {
+        self.heap.bytes()
+    }
 }
 
 /// A started invocation that owns its principal's store until it is done.
@@ -207,11 +222,12 @@ impl Sandbox {
         let m = self.modules.get(&module).ok_or(InvokeError::NoSuchModule)?;
         let s = self.space_mut(m.principal, m.kind).ok_or(InvokeError::NoSuchModule)?;
         let store = s.store.as_mut().ok_or(InvokeError::Busy)?;
-        let h = &mut store.data_mut().handles;
-        match h.get(module.0, handle) {
-            Some(Obj::Alarm { deadline: d, entry }) if *d == deadline => {
+        let d = store.data_mut();
+        match d.handles.get(module.0, handle) {
+            Some(Obj::Alarm { deadline: dl, entry }) if *dl == deadline => {
                 let e = entry.clone();
-                h.remove(module.0, handle);
+                d.handles.remove(module.0, handle);
+                d.sync_handles();
                 Ok(Some(e))
             }
             _ => Ok(None),
@@ -355,6 +371,7 @@ impl Sandbox {
         for owner in space.unloaded.drain(..) {
             drop(d.handles.remove_owner(owner));
         }
+        d.sync_handles();
         space.mem_used = d.limiter.used;
         space.store = Some(store);
     }

@@ -7,6 +7,10 @@ use super::*;
 impl Sandbox {
     /// The earliest time [`Sandbox::handle_timeout`] has work (alarms, fetch timeouts).
     pub fn poll_at(&self) -> Option<u64> {
+        if self.heap_signal.load(std::sync::atomic::Ordering::Relaxed) {
+            // Heap pressure: its callbacks are due now.
+            return Some(0);
+        }
         let a = self.alarms.peek().map(|Reverse((d, _, _))| *d);
         let f = self.fetches.values().map(|f| f.deadline).min();
         let r = self.rechecks.peek().map(|Reverse((d, _))| *d);
@@ -41,10 +45,40 @@ impl Sandbox {
             self.alarms.pop();
             if self.modules.contains_key(&module) {
                 n += 1;
-                jobs.push(Job { module, kind: JobKind::Alarm { handle, deadline: d }, input: Vec::new(), source: 0 });
+                jobs.push(Job::new(module, JobKind::Alarm { handle, deadline: d }, Vec::new(), 0));
             }
         }
+        self.pressure_jobs(jobs);
         self.expire_fetches(now);
+    }
+
+    /// The heap-pressure callbacks due: for each principal whose account
+    /// flagged pressure, a job for the [`PRESSURE_ENTRY`](crate::heap::PRESSURE_ENTRY)
+    /// of each of its modules that registered one (argument: its use in
+    /// percent of its reservation).
+    fn pressure_jobs(&mut self, jobs: &mut Vec<Job>) {
+        use crate::heap::PRESSURE_ENTRY;
+        if !self.heap_signal.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let mut ids: Vec<(ModuleId, i32)> = Vec::new();
+        for (p, t) in &self.tenants {
+            let (flagged, pct) = crate::heap::with(&t.heap, |a| (a.take_pressure(), a.percent()));
+            if !flagged {
+                continue;
+            }
+            ids.extend(
+                self.modules
+                    .iter()
+                    .filter(|(_, m)| m.principal == *p && m.kind == ModuleKind::Module)
+                    .filter(|(_, m)| m.entries.contains_key(PRESSURE_ENTRY))
+                    .map(|(id, _)| (*id, pct)),
+            );
+        }
+        ids.sort();
+        for (id, pct) in ids {
+            jobs.push(Job::new(id, JobKind::Entry { entry: PRESSURE_ENTRY.into(), arg: pct }, Vec::new(), 0));
+        }
     }
 
     fn expire_fetches(&mut self, now: Now) {

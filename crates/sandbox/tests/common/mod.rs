@@ -1,6 +1,8 @@
 //! Shared test setup: example modules, keys, credentials, a line of nodes.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod heap;
+
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
