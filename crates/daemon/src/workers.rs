@@ -93,18 +93,22 @@ impl NodeCell {
 
     /// Lets workers take the node (fairly: a waiting worker gets it next).
     pub(crate) fn release(&mut self) {
-        if let NodeCell::Held(g) = std::mem::replace(self, NodeCell::Moving) {
-            let m = ArcMutexGuard::mutex(&g).clone();
-            ArcMutexGuard::unlock_fair(g);
-            *self = NodeCell::Free(m);
-        }
+        *self = match std::mem::replace(self, NodeCell::Moving) {
+            NodeCell::Held(g) => {
+                let m = ArcMutexGuard::mutex(&g).clone();
+                ArcMutexGuard::unlock_fair(g);
+                NodeCell::Free(m)
+            }
+            other => other,
+        };
     }
 
     /// Takes the node back.
     pub(crate) fn acquire(&mut self) {
-        if let NodeCell::Free(m) = std::mem::replace(self, NodeCell::Moving) {
-            *self = NodeCell::Held(m.lock_arc());
-        }
+        *self = match std::mem::replace(self, NodeCell::Moving) {
+            NodeCell::Free(m) => NodeCell::Held(m.lock_arc()),
+            other => other,
+        };
     }
 }
 
