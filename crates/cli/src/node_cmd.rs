@@ -47,6 +47,11 @@ pub struct NodeArgs {
     /// $ANODE_WORKERS.
     #[arg(long, value_name = "N", env = "ANODE_WORKERS")]
     workers: Option<usize>,
+    /// Microseconds to poll the sockets after traffic before sleeping,
+    /// overriding `[io] spin_us` (0: sleep at once). Also read from
+    /// $ANODE_SPIN_US.
+    #[arg(long, value_name = "US", env = "ANODE_SPIN_US")]
+    spin_us: Option<u64>,
 }
 
 /// Arguments of `anode status`.
@@ -115,6 +120,13 @@ pub fn run(a: NodeArgs) -> Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
         cfg.config.io.workers = w;
+    }
+    if let Some(us) = a.spin_us {
+        if us > anode_node::config::MAX_SPIN_US {
+            tracing::error!("--spin-us {us}: at most {}", anode_node::config::MAX_SPIN_US);
+            return Ok(ExitCode::from(2));
+        }
+        cfg.config.io.spin_us = us;
     }
     if a.check {
         let c = &cfg.config;
