@@ -21,6 +21,8 @@
 //! - `udp`: batched receive and send on the interface sockets.
 //! - `app`: the local application API, one connection per client.
 //! - `control`: the control socket and the metrics endpoint.
+//! - `capture`: `anode capture`, the operator's stream of plaintext
+//!   datagrams over the control socket.
 //! - `droplog`, [`ratelog`]: rate-limited logging.
 //! - [`client`]: a blocking client for the local API.
 //!
@@ -36,6 +38,7 @@
 #![warn(missing_docs)]
 
 mod app;
+mod capture;
 pub mod client;
 mod control;
 pub mod daemon;

@@ -15,6 +15,7 @@
 //! buffer ([`Data::Input`]); child packets are built in the outbox arena.
 //! Steady-state handling of a forwarded packet allocates nothing.
 
+mod capture;
 mod classify;
 mod control;
 mod data;
@@ -32,6 +33,9 @@ pub use modules::LoadFailure;
 pub use recovery::{RECOVERY_OP, RecoveryCounters, RepoFn};
 pub use sessions::{
     BE_POOL, DEFAULT_SESSION_GRACE_MS, DEFAULT_TX_BYTES_PER_SEC, RcaneSetupError, SchedCounters, StaticSessionError,
+};
+pub use capture::{
+    CAPTURE_QUEUE, CAPTURE_QUEUE_BYTES, CaptureConfig, CaptureCounters, CaptureDir, CaptureStartError, CaptureStop, Captured,
 };
 pub use tap::{TAP_OUTPUTS, TapConfig, TapCounters, TapLoadError};
 
@@ -293,6 +297,8 @@ pub struct Node {
     pub(super) sched: Option<Box<sessions::Sched>>,
     /// The FLAME tap, when `[monitor]` turns it on.
     tap: Option<Box<tap::Tap>>,
+    /// The operator's capture (`anode capture`), when one runs.
+    capture: capture::CaptureSlot,
     /// Boot recovery served to peers.
     recovery: recovery::Recovery,
     /// The domain's key distribution service.
@@ -372,6 +378,7 @@ impl Node {
             to_channels: Vec::new(),
             sched: None,
             tap: None,
+            capture: capture::CaptureSlot::default(),
             recovery: recovery::Recovery::default(),
             kdc: kdc::KdcState::default(),
             domain: None,
