@@ -336,7 +336,7 @@ local function dissect_snap(tvb, pinfo, tree)
         t:add_proto_expert_info(e_malformed, "SNAP sections longer than the packet")
         return
     end
-    pinfo.cols.info:append(string.format(" SNAP %s -> %s rb=%d code=%d", ipv4_text(tvb(8, 4):uint()),
+    pinfo.cols.info:append(string.format(" %s -> %s rb=%d code=%d", ipv4_text(tvb(8, 4):uint()),
         ipv4_text(tvb(12, 4):uint()), tvb(4, 2):uint(), code))
     local ct = t:add(anode, tvb(24, 4 * code), string.format("Code: %d instructions", code))
     local entry = tvb(2, 2):uint()
@@ -382,7 +382,7 @@ local function dissect_plain(tvb, pinfo, tree)
     t:add(f.plain_ttl, tvb(8, 1))
     t:add(f.plain_port, tvb(10, 2))
     if tvb:len() > 12 then t:add(f.plain_data, tvb(12)) end
-    pinfo.cols.info:append(string.format(" plain %s -> %s:%d ttl=%d", ipv4_text(tvb(4, 4):uint()),
+    pinfo.cols.info:append(string.format(" %s -> %s:%d ttl=%d", ipv4_text(tvb(4, 4):uint()),
         ipv4_text(tvb(0, 4):uint()), tvb(10, 2):uint(), tvb(8, 1):uint()))
 end
 
@@ -396,7 +396,7 @@ local function dissect_capsule(tvb, pinfo, tree)
     t:add(f.cap_version, tvb(0, 1))
     t:add(f.cap_kind, tvb(1, 1))
     local kind = tvb(1, 1):uint()
-    pinfo.cols.info:append(" " .. (CAPSULE_KINDS[kind] or "capsule?"))
+    if kind ~= 1 then pinfo.cols.info:append(" " .. (CAPSULE_KINDS[kind] or "?")) end
     if kind == 1 and n >= 44 then
         t:add(f.cap_flags, tvb(2, 1))
         t:add(f.cap_entry_len, tvb(3, 1))
@@ -441,7 +441,7 @@ local function dissect_control(tvb, pinfo, tree)
     end
     t:add(f.ctl_op, tvb(0, 1))
     local op = tvb(0, 1):uint()
-    pinfo.cols.info:append(" control " .. (CONTROL_OPS[op] or string.format("0x%02x", op)))
+    pinfo.cols.info:append(" " .. (CONTROL_OPS[op] or string.format("op 0x%02x", op)))
     if op == 0x01 and n >= 2 then
         local nl = tvb(1, 1):uint()
         if 2 + nl + 4 <= n then
@@ -528,16 +528,24 @@ dissect_anep = function(tvb, pinfo, tree)
     elseif typ == 0xA007 then dissect_protected(body, pinfo, t, true)
     elseif typ == 0xA006 then
         t:add(f.handshake, tvb(hl))
-        pinfo.cols.info:append(" handshake")
     else
         t:add(f.payload, tvb(hl))
-        if TYPES[typ] then pinfo.cols.info:append(" " .. TYPES[typ]) end
     end
+end
+
+-- The SLL2 packet type of `anode capture` records: 0 received, 4 sent.
+local sll_pkttype_field = Field.new("sll.pkttype")
+local function sll_pkttype()
+    local v = sll_pkttype_field()
+    if v == nil then return nil end
+    return v.value
 end
 
 function anode.dissector(tvb, pinfo, tree)
     pinfo.cols.protocol = "ANODE"
     pinfo.cols.info = (TYPES[tvb(2, 2):uint()] or "ANEP")
+    local pkttype = sll_pkttype()
+    if pkttype ~= nil then pinfo.cols.info:prepend(pkttype == 4 and "out " or "in  ") end
     dissect_anep(tvb, pinfo, tree)
     return tvb:len()
 end

@@ -42,6 +42,8 @@ pub(crate) struct CaptureConn {
     drops_sent: u64,
     /// Who asked: (uid, pid), for `status`.
     who: (u32, i32),
+    /// Since when bytes wait and the socket took none of them.
+    waiting_since: Option<Instant>,
 }
 
 impl CaptureConn {
@@ -138,7 +140,7 @@ impl Daemon {
                 }
                 let who = uid_pid.unwrap_or((u32::MAX, 0));
                 info!(uid = who.0, pid = who.1, "capture started for the operator: plaintext is leaving the node");
-                c.capture = Some(Box::new(CaptureConn { out, sent: 0, drops_sent: 0, who }));
+                c.capture = Some(Box::new(CaptureConn { out, sent: 0, drops_sent: 0, who, waiting_since: None }));
                 c.responding = true;
                 c.deadline = Instant::now() + Duration::from_millis(self.cfg.local.stall_timeout_ms);
                 self.capture_flush(c, token)
@@ -243,11 +245,19 @@ impl Daemon {
                 break Progress::Pending;
             }
         };
+        // The stall clock runs from the last write that made progress, or
+        // from when bytes began to wait (the socket may be full right when
+        // a batch is queued).
         let now = Instant::now();
         if cc.pending() == 0 {
+            cc.waiting_since = None;
             c.deadline = now + IDLE;
-        } else if progressed {
-            c.deadline = now + Duration::from_millis(self.cfg.local.stall_timeout_ms);
+        } else {
+            if progressed || cc.waiting_since.is_none() {
+                cc.waiting_since = Some(now);
+            }
+            let since = cc.waiting_since.unwrap_or(now);
+            c.deadline = since + Duration::from_millis(self.cfg.local.stall_timeout_ms);
         }
         let flags =
             if cc.pending() > 0 { EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT } else { EpollFlags::EPOLLIN };
