@@ -241,6 +241,36 @@ impl Shared {
     }
 }
 
+/// The capture lines of `anode status` (nothing if no capture was ever
+/// asked for).
+pub fn render_status(v: &serde_json::Value) -> String {
+    let c = &v["capture"];
+    let n = |k: &str| c[k].as_u64().unwrap_or(0);
+    if n("started") == 0 && n("refused") == 0 {
+        return String::new();
+    }
+    let mut s = format!(
+        "\ncapture: {}  started {}  refused {}  ended by client {}  stopped stalled {}\n  captured in {} out {}  \
+         streamed {}  drops (queue full) {}\n",
+        if c["running"].as_bool() == Some(true) { "running" } else { "off" },
+        n("started"),
+        n("refused"),
+        n("stopped_client"),
+        n("stopped_stalled"),
+        n("queued_in"),
+        n("queued_out"),
+        n("drained"),
+        n("drops"),
+    );
+    if let Some(k) = c.get("client") {
+        s.push_str(&format!(
+            "  client uid {} pid {}, {} bytes waiting for it\n",
+            k["uid"], k["pid"], k["pending_bytes"]
+        ));
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,5 +306,15 @@ mod tests {
         encapsulate(&wire::Packet { dir: Direction::Out, ..p }, 7, &mut out);
         assert_eq!(out[10], SLL_OUTGOING, "sent");
         assert_eq!(&out[32..36], &[127, 0, 0, 2], "source: this node");
+    }
+
+    #[test]
+    fn status_lines_only_once_a_capture_was_asked_for() {
+        assert_eq!(render_status(&serde_json::json!({"capture": {"started": 0, "refused": 0}})), "");
+        let s = render_status(&serde_json::json!({"capture": {
+            "started": 2, "refused": 1, "running": true, "drops": 7, "queued_in": 3,
+            "client": {"uid": 0, "pid": 42, "pending_bytes": 10}}}));
+        assert!(s.contains("capture: running  started 2  refused 1") && s.contains("drops (queue full) 7"), "{s}");
+        assert!(s.contains("client uid 0 pid 42"), "{s}");
     }
 }
