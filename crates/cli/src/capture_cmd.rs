@@ -179,13 +179,11 @@ pub fn run(a: CaptureArgs) -> Result<ExitCode> {
     let out: Box<dyn Write> = if a.write.as_os_str() == "-" {
         Box::new(std::io::stdout().lock())
     } else {
-        Box::new(
-            std::fs::File::create(&a.write).with_context(|| format!("cannot create {}", a.write.display()))?,
-        )
+        Box::new(std::fs::File::create(&a.write).with_context(|| format!("cannot create {}", a.write.display()))?)
     };
     let file = Shared(std::rc::Rc::new(std::cell::RefCell::new(std::io::BufWriter::new(out))));
-    let mut sink = PcapSink::new(file.clone(), LinkType::LinuxSll2)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", a.write.display()))?;
+    let mut sink =
+        PcapSink::new(file.clone(), LinkType::LinuxSll2).map_err(|e| anyhow::anyhow!("{}: {e}", a.write.display()))?;
     for (i, name, local) in &ifaces {
         eprintln!("anode capture: interface {i} = {name} ({local})");
     }
@@ -272,6 +270,7 @@ pub fn render_status(v: &serde_json::Value) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use core::net::{Ipv4Addr, SocketAddrV4};

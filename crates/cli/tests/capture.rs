@@ -47,7 +47,8 @@ fn tshark_fields(pcap: &Path, fields: &[&str]) -> Option<Vec<Vec<String>>> {
 
 /// The mnemonics of `examples/snap/ping.s`, from the VM's own decoder.
 fn ping_mnemonics() -> String {
-    let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/snap/ping.s")).unwrap();
+    let src =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/snap/ping.s")).unwrap();
     let r = anode_snap::asm::assemble(&src).unwrap();
     let m: Vec<&str> = r.code.iter().map(|w| anode_snap::ops::Insn::decode(*w).unwrap().op.mnemonic()).collect();
     m.join(",")

@@ -259,8 +259,7 @@ impl Daemon {
             let since = cc.waiting_since.unwrap_or(now);
             c.deadline = since + Duration::from_millis(self.cfg.local.stall_timeout_ms);
         }
-        let flags =
-            if cc.pending() > 0 { EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT } else { EpollFlags::EPOLLIN };
+        let flags = if cc.pending() > 0 { EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT } else { EpollFlags::EPOLLIN };
         let _ = self.epoll.modify(&c.stream, &mut EpollEvent::new(flags, token));
         c.capture = Some(cc);
         r
@@ -272,8 +271,7 @@ impl Daemon {
         if !self.node.capture_on() {
             return;
         }
-        let Some(slot) = self.control_conns.iter().position(|c| c.as_ref().is_some_and(|c| c.capture.is_some()))
-        else {
+        let Some(slot) = self.control_conns.iter().position(|c| c.as_ref().is_some_and(|c| c.capture.is_some())) else {
             // The connection is gone: nothing will read (cannot happen:
             // closing the connection stops the capture).
             self.node.capture_stop(CaptureStop::ClientGone);
@@ -322,6 +320,7 @@ impl Daemon {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -205,9 +205,9 @@ pub(crate) fn parse_control(b: &[u8]) -> Request {
         "metrics" => Request::Metrics,
         "modules" => Request::Modules,
         other if other.starts_with("monitor-") => parse_monitor(other),
-        other if other.split_ascii_whitespace().next() == Some("capture") => Request::Capture(
-            anode_wire::capture::Request::parse(other).map(|r| (r.iface.map(str::to_string), r.queue)),
-        ),
+        other if other.split_ascii_whitespace().next() == Some("capture") => {
+            Request::Capture(anode_wire::capture::Request::parse(other).map(|r| (r.iface.map(str::to_string), r.queue)))
+        }
         other => match other.strip_prefix("unload ").map(|n| n.trim().trim_start_matches('m').parse::<u32>()) {
             Some(Ok(id)) => Request::Unload(id),
             _ => Request::UnknownControl(other.chars().take(64).collect()),
@@ -695,7 +695,10 @@ mod tests {
     fn capture_requests_and_typed_rejections() {
         use anode_wire::capture::RequestError as E;
         assert_eq!(parse_control(b"capture"), Request::Capture(Ok((None, None))));
-        assert_eq!(parse_control(b"capture iface=east queue=9\r"), Request::Capture(Ok((Some("east".into()), Some(9)))));
+        assert_eq!(
+            parse_control(b"capture iface=east queue=9\r"),
+            Request::Capture(Ok((Some("east".into()), Some(9))))
+        );
         assert_eq!(parse_control(b"capture iface=a/b"), Request::Capture(Err(E::BadIface)));
         assert_eq!(parse_control(b"capture queue=0"), Request::Capture(Err(E::BadQueue)));
         assert_eq!(parse_control(b"capture everything"), Request::Capture(Err(E::UnknownArgument)));

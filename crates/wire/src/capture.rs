@@ -453,6 +453,7 @@ pub fn v4_of(a: core::net::SocketAddr) -> SocketAddrV4 {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

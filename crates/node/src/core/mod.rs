@@ -27,15 +27,16 @@ mod seal;
 mod sessions;
 mod tap;
 
+pub use capture::{
+    CAPTURE_QUEUE, CAPTURE_QUEUE_BYTES, CaptureConfig, CaptureCounters, CaptureDir, CaptureStartError, CaptureStop,
+    Captured,
+};
 pub use domain::drop_of as domain_drop_of;
 pub use kdc::KDC_OP;
 pub use modules::LoadFailure;
 pub use recovery::{RECOVERY_OP, RecoveryCounters, RepoFn};
 pub use sessions::{
     BE_POOL, DEFAULT_SESSION_GRACE_MS, DEFAULT_TX_BYTES_PER_SEC, RcaneSetupError, SchedCounters, StaticSessionError,
-};
-pub use capture::{
-    CAPTURE_QUEUE, CAPTURE_QUEUE_BYTES, CaptureConfig, CaptureCounters, CaptureDir, CaptureStartError, CaptureStop, Captured,
 };
 pub use tap::{TAP_OUTPUTS, TapConfig, TapCounters, TapLoadError};
 
