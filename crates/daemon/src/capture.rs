@@ -130,9 +130,9 @@ impl Daemon {
                     .collect();
                 let mut out = Vec::new();
                 if Frame::Start(ifaces).emit(&mut out).is_err() {
-                    // Interface names the wire cannot carry (checked at start).
                     self.node.capture_refused();
-                    return c.respond(refused(Refusal::BadRequest, "interface names not [A-Za-z0-9._-]{1,64}"));
+                    return c
+                        .respond(refused(Refusal::BadRequest, "more than 255 interfaces, or a name over 255 bytes"));
                 }
                 if let Err(e) = self.node.capture_start(cfg) {
                     self.node.capture_refused();

@@ -3,7 +3,7 @@
 //! ```text
 //!  UDP iface 0..n ──recvmmsg──► Node::handle_datagram ──sendmmsg──► UDP iface (per next hop)
 //!  app.sock (Unix seqpacket) ─► HELLO/REGISTER/INJECT/PLAIN/CAPSULE   └──► DELIVER to app clients
-//!  control.sock (Unix stream) ► "status" (JSON) | "metrics" (Prometheus)
+//!  control.sock (Unix stream) ► "status" (JSON) | "metrics" (Prometheus) | "capture" (frames)
 //!  metrics TCP (optional) ────► GET /metrics
 //!  signalfd ──────────────────► SIGTERM/SIGINT: finish the batch, clean up, exit
 //! ```

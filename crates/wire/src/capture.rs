@@ -162,7 +162,8 @@ pub enum Error {
     /// A direction other than 0 (in) or 1 (out).
     #[error("unknown direction {0}")]
     BadDirection(u8),
-    /// An interface name or reason that is not UTF-8, or a bad name.
+    /// An interface name or reason that is not UTF-8, or a name longer
+    /// than 255 bytes (when emitting).
     #[error("an interface name or reason is not valid text")]
     BadText,
     /// An unknown refusal code.
@@ -225,7 +226,8 @@ pub struct Iface<'a> {
     pub index: u8,
     /// Its local endpoint.
     pub local: SocketAddrV4,
-    /// Its name in the node's configuration.
+    /// Its name in the node's configuration (any UTF-8 up to 255 bytes;
+    /// a request can name only those of `[A-Za-z0-9._-]{1,64}`).
     pub name: &'a str,
 }
 
@@ -335,9 +337,6 @@ impl<'a> Frame<'a> {
                     let local = r.v4()?;
                     let len = r.u8()? as usize;
                     let name = core::str::from_utf8(r.take(len)?).map_err(|_| Error::BadText)?;
-                    if !name_ok(name) {
-                        return Err(Error::BadText);
-                    }
                     ifaces.push(Iface { index, local, name });
                 }
                 Frame::Start(ifaces)
@@ -373,7 +372,7 @@ impl<'a> Frame<'a> {
     /// # Errors
     /// [`Error::TooLong`] for a datagram longer than [`MAX_DATAGRAM`] or a
     /// body longer than [`MAX_BODY`]; [`Error::BadText`] for more than 255
-    /// interfaces or a bad interface name. `out` is unchanged then.
+    /// interfaces or a name longer than 255 bytes. `out` is unchanged then.
     pub fn emit(&self, out: &mut Vec<u8>) -> Result<(), Error> {
         let start = out.len();
         out.extend_from_slice(&[self.kind(), 0, 0, 0, 0]);
@@ -410,12 +409,10 @@ impl<'a> Frame<'a> {
                 let n = u8::try_from(ifaces.len()).map_err(|_| Error::BadText)?;
                 out.extend_from_slice(&[VERSION, n]);
                 for i in ifaces {
-                    if !name_ok(i.name) {
-                        return Err(Error::BadText);
-                    }
+                    let len = u8::try_from(i.name.len()).map_err(|_| Error::BadText)?;
                     out.push(i.index);
                     v4(out, &i.local);
-                    out.push(i.name.len() as u8);
+                    out.push(len);
                     out.extend_from_slice(i.name.as_bytes());
                 }
             }
@@ -494,7 +491,7 @@ mod tests {
         for f in [
             Frame::Start(vec![
                 Iface { index: 0, local: ep([10, 1, 2, 3], 7000), name: "west" },
-                Iface { index: 1, local: ep([10, 1, 2, 4], 7001), name: "east.1" },
+                Iface { index: 1, local: ep([10, 1, 2, 4], 7001), name: "east 1/é" },
             ]),
             Frame::Start(vec![]),
             Frame::Refused(Refusal::NotOperator, "uid 65534 is not the operator"),
@@ -522,7 +519,14 @@ mod tests {
         assert_eq!(frame_len(&[2, 0, 0x10, 0, 0]), Err(Error::TooLong(0x10_0000)));
         assert_eq!(Frame::parse(&[1, 0, 0, 0, 2, 2, 0]), Err(Error::BadVersion(2)));
         assert_eq!(Frame::parse(&[1, 0, 0, 0, 9, 1, 1, 0, 1, 2, 3, 4, 0, 5]), Err(Error::Truncated), "a name cut");
-        assert_eq!(Frame::parse(&[1, 0, 0, 0, 11, 1, 1, 0, 1, 2, 3, 4, 0, 5, 1, b'/']), Err(Error::BadText));
+        assert_eq!(
+            Frame::parse(&[1, 0, 0, 0, 11, 1, 1, 0, 1, 2, 3, 4, 0, 5, 1, 0xff]),
+            Err(Error::BadText),
+            "not UTF-8"
+        );
+        let long = "x".repeat(256);
+        let start = Frame::Start(vec![Iface { index: 0, local: ep([0; 4], 0), name: &long }]);
+        assert_eq!(start.emit(&mut Vec::new()), Err(Error::BadText), "a name longer than 255 bytes");
         assert_eq!(Frame::parse(&[3, 0, 0, 0, 1, 9]), Err(Error::BadCode(9)));
         assert_eq!(Frame::parse(&[3, 0, 0, 0, 2, 1, 0xff]), Err(Error::BadText));
         assert_eq!(Frame::parse(&[4, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0]), Err(Error::Truncated));
