@@ -295,3 +295,30 @@ fn a_stalled_capture_client_costs_capture_drops_not_forwarding() {
     let mut again = request(&d, "capture");
     assert_eq!(first_frame(&mut again), None, "a new capture may start");
 }
+
+/// A client that shuts down its sending side after the request (as
+/// `printf 'capture\n' | socat - UNIX-CONNECT:…` does) still gets the
+/// stream; hanging up ends the capture.
+#[test]
+fn a_half_closed_client_still_gets_the_stream_until_it_hangs_up() {
+    let l = Line::start();
+    let d = l.run_dir(2);
+    let mut s = request(&d, "capture");
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    assert_eq!(first_frame(&mut s), None);
+    let o = l.run(1, &["ping", "10.0.0.3", "-c", "1", "-W", "3"]);
+    assert!(text(&o).contains("1 received"), "{}", text(&o));
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let got_packet = eventually(5.0, || {
+        if let Ok(k) = s.read(&mut chunk) {
+            buf.extend_from_slice(&chunk[..k]);
+        }
+        buf.windows(4).any(|w| w == [10, 0, 0, 3])
+    });
+    assert!(got_packet, "the ping's datagrams arrive after the half-close");
+    assert_eq!(status(&d)["capture"]["running"], true);
+    drop(s);
+    assert!(eventually(5.0, || status(&d)["capture"]["running"] == false), "hanging up ends it");
+    assert_eq!(status(&d)["capture"]["stopped_client"].as_u64(), Some(1));
+}

@@ -44,6 +44,9 @@ pub(crate) struct CaptureConn {
     who: (u32, i32),
     /// Since when bytes wait and the socket took none of them.
     waiting_since: Option<Instant>,
+    /// The client shut down its sending side (as `socat` does after the
+    /// request): stop reading; the capture goes on until it hangs up.
+    input_closed: bool,
 }
 
 impl CaptureConn {
@@ -140,7 +143,14 @@ impl Daemon {
                 }
                 let who = uid_pid.unwrap_or((u32::MAX, 0));
                 info!(uid = who.0, pid = who.1, "capture started for the operator: plaintext is leaving the node");
-                c.capture = Some(Box::new(CaptureConn { out, sent: 0, drops_sent: 0, who, waiting_since: None }));
+                c.capture = Some(Box::new(CaptureConn {
+                    out,
+                    sent: 0,
+                    drops_sent: 0,
+                    who,
+                    waiting_since: None,
+                    input_closed: false,
+                }));
                 c.responding = true;
                 c.deadline = Instant::now() + Duration::from_millis(self.cfg.local.stall_timeout_ms);
                 self.capture_flush(c, token)
@@ -184,13 +194,21 @@ impl Daemon {
     }
 
     /// Events on a capturing connection: input (the client may only close;
-    /// anything it sends is read and ignored) and room to write.
+    /// anything it sends is read and ignored), hang-up, and room to write.
     pub(crate) fn capture_ready(&mut self, c: &mut Conn, ev: EpollFlags, token: u64) -> Progress {
-        if ev.intersects(EpollFlags::EPOLLIN | EpollFlags::EPOLLHUP | EpollFlags::EPOLLERR) {
+        if ev.intersects(EpollFlags::EPOLLHUP | EpollFlags::EPOLLERR) {
+            return Progress::Close;
+        }
+        if ev.contains(EpollFlags::EPOLLIN) && c.capture.as_ref().is_some_and(|cc| !cc.input_closed) {
             let mut chunk = [0u8; 256];
             for _ in 0..16 {
                 match c.stream_mut().read(&mut chunk) {
-                    Ok(0) => return Progress::Close,
+                    Ok(0) => {
+                        if let Some(cc) = c.capture.as_mut() {
+                            cc.input_closed = true;
+                        }
+                        break;
+                    }
                     Ok(_) => {}
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -259,7 +277,11 @@ impl Daemon {
             let since = cc.waiting_since.unwrap_or(now);
             c.deadline = since + Duration::from_millis(self.cfg.local.stall_timeout_ms);
         }
-        let flags = if cc.pending() > 0 { EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT } else { EpollFlags::EPOLLIN };
+        // A hang-up is reported whatever the interest.
+        let mut flags = if cc.input_closed { EpollFlags::empty() } else { EpollFlags::EPOLLIN };
+        if cc.pending() > 0 {
+            flags |= EpollFlags::EPOLLOUT;
+        }
         let _ = self.epoll.modify(&c.stream, &mut EpollEvent::new(flags, token));
         c.capture = Some(cc);
         r
