@@ -322,3 +322,121 @@ fn a_half_closed_client_still_gets_the_stream_until_it_hangs_up() {
     assert!(eventually(5.0, || status(&d)["capture"]["running"] == false), "hanging up ends it");
     assert_eq!(status(&d)["capture"]["stopped_client"].as_u64(), Some(1));
 }
+
+/// An IPv4/UDP packet (LINKTYPE_IPV4) carrying `payload` from port 7001
+/// to 7002.
+fn ipv4_udp(payload: &[u8]) -> Vec<u8> {
+    let total = (28 + payload.len()) as u16;
+    let mut v = vec![0x45, 0];
+    v.extend_from_slice(&total.to_be_bytes());
+    v.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0, 127, 0, 0, 1, 127, 0, 0, 1]);
+    v.extend_from_slice(&7001u16.to_be_bytes());
+    v.extend_from_slice(&7002u16.to_be_bytes());
+    v.extend_from_slice(&(8 + payload.len() as u16).to_be_bytes());
+    v.extend_from_slice(&[0, 0]);
+    v.extend_from_slice(payload);
+    v
+}
+
+fn anep(type_id: u16, payload: &[u8]) -> Vec<u8> {
+    let mut d = vec![0u8; anode_wire::anep::HEADER_LEN];
+    anode_wire::anep::write_header(&mut d, anode_wire::anep::FLAG_DISCARD_UNKNOWN, type_id, payload.len());
+    d.extend_from_slice(payload);
+    d
+}
+
+/// The formats a ping does not show, built by the crates that own them and
+/// decoded by the dissector: a little-endian SNAP packet with heap objects
+/// (address, string, tuple, float) and a stack of each kind, a plain
+/// packet, control load requests and replies, and the capsule code-fetch
+/// messages.
+#[test]
+fn the_dissector_decodes_each_format_as_its_crate_encodes_it() {
+    use anode_wire::anep::{TYPE_CAPSULE, TYPE_CONTROL, TYPE_PLAIN, TYPE_SNAP};
+    use anode_wire::control::{LoadReply, LoadRequest, Message};
+    let s = Scratch::new("capture", "formats");
+    let src = ".src 10.0.0.7\n.dst 10.0.0.9\n.rb 33\n.port 4242\n.endian little\n\
+               .heap\nh0: addr 10.1.2.3\nh1: tuple [1, 2]\n.code\n\
+               .stack 5, true, (), @h0, \"hi\", 1.5, @h1\n\
+               push -3\nbne 2\npushh @h1\nnth 1\nistag int\nexit\n";
+    let snap = anode_snap::asm::assemble(src).unwrap().to_bytes().unwrap();
+    let mut plain = vec![10, 0, 0, 9, 10, 0, 0, 7, 17, 0, 0x1f, 0x90];
+    plain.extend_from_slice(b"payload");
+    let mut load = Vec::new();
+    Message::Load(LoadRequest { name: Some("counter"), credential: b"cred", code: b"\0asm" }).emit(&mut load).unwrap();
+    let mut loaded = Vec::new();
+    Message::LoadReply(LoadReply::Loaded(3)).emit(&mut loaded).unwrap();
+    let mut refused = Vec::new();
+    let r = LoadReply::Refused(anode_wire::control::Refusal::Denied, "no right");
+    Message::LoadReply(r).emit(&mut refused).unwrap();
+    let hash = anode_cred::ModuleHash::of(b"\0asm");
+    let mut req = Vec::new();
+    anode_sandbox::capsule::encode_code_request(&hash, &mut req);
+    let mut reply = Vec::new();
+    anode_sandbox::capsule::encode_code_reply(&hash, b"\0asm", &mut reply).unwrap();
+    let datagrams = [
+        anep(TYPE_SNAP, &snap),
+        anep(TYPE_PLAIN, &plain),
+        anep(TYPE_CONTROL, &load),
+        anep(TYPE_CONTROL, &loaded),
+        anep(TYPE_CONTROL, &refused),
+        anep(TYPE_CAPSULE, &req),
+        anep(TYPE_CAPSULE, &reply),
+    ];
+    let pcap = s.0.join("formats.pcap");
+    let f = std::fs::File::create(&pcap).unwrap();
+    let mut sink = anode_monitor::PcapSink::new(f, anode_monitor::LinkType::Ipv4).unwrap();
+    for (i, d) in datagrams.iter().enumerate() {
+        let p = ipv4_udp(d);
+        sink.write(1_000_000_000 * (i as u64 + 1), p.len() as u32, &p).unwrap();
+    }
+    drop(sink);
+    let fields = [
+        "anode.anep.type",
+        "anode.snap.flags",
+        "anode.snap.rb",
+        "anode.snap.port",
+        "anode.snap.src",
+        "anode.snap.dst",
+        "anode.snap.insn",
+        "anode.snap.heap.object",
+        "anode.snap.stack.value",
+        "anode.plain.dst",
+        "anode.plain.ttl",
+        "anode.plain.port",
+        "anode.control.op",
+        "anode.control.name",
+        "anode.control.status",
+        "anode.control.module",
+        "anode.control.refusal",
+        "anode.control.reason",
+        "anode.capsule.kind",
+        "anode.capsule.code_len",
+        "_ws.expert",
+    ];
+    let Some(rows) = tshark_fields(&pcap, &fields) else { return };
+    assert_eq!(rows.len(), 7, "{rows:?}");
+    let snap = &rows[0];
+    assert_eq!(&snap[1..6], ["0x01", "33", "4242", "10.0.0.7", "10.0.0.9"], "{snap:?}");
+    for want in ["0> push -3", "1: bne 2", "2: pushh @2", "3: nth 1", "4: istag int", "5: exit"] {
+        assert!(snap[6].contains(want), "{want} in {}", snap[6]);
+    }
+    for want in ["addr 10.1.2.3", "tuple(2) [int 1, int 2]", "str(2) \"hi\"", "float 1.5"] {
+        assert!(snap[7].contains(want), "{want} in {}", snap[7]);
+    }
+    // `.stack` is written top first; the dissector lists the top first too.
+    for want in ["[0] int 5", "[1] true", "[2] ()", "[3] addr @0", "[4] str @", "[5] float @", "[6] tuple @2"] {
+        assert!(snap[8].contains(want), "{want} in {}", snap[8]);
+    }
+    assert_eq!(&rows[1][9..12], ["10.0.0.9", "17", "8080"], "plain: {:?}", rows[1]);
+    assert_eq!((rows[2][12].as_str(), rows[2][13].as_str()), ("0x01", "counter"), "load: {:?}", rows[2]);
+    assert_eq!((rows[3][12].as_str(), rows[3][14].as_str(), rows[3][15].as_str()), ("0x81", "0", "3"), "{:?}", rows[3]);
+    assert_eq!(
+        (rows[4][14].as_str(), rows[4][16].as_str(), rows[4][17].as_str()),
+        ("2", "4", "no right"),
+        "{:?}",
+        rows[4]
+    );
+    assert_eq!((rows[5][18].as_str(), rows[6][18].as_str(), rows[6][19].as_str()), ("2", "3", "4"), "code fetch");
+    assert!(rows.iter().all(|r| r[20].is_empty()), "no malformed-packet notes: {rows:?}");
+}
