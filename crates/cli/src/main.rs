@@ -18,6 +18,7 @@ mod account_cmd;
 mod apps;
 mod boot_cmd;
 mod boot_peer;
+mod capture_cmd;
 mod cred_cmd;
 mod demo;
 mod domain_cmd;
@@ -48,6 +49,9 @@ enum Cmd {
     Node(node_cmd::NodeArgs),
     /// Show a running node's counters.
     Status(node_cmd::StatusArgs),
+    /// Write what a running node sends and receives, in plaintext (after
+    /// decryption in, before encryption out), as pcap: the operator only.
+    Capture(capture_cmd::CaptureArgs),
     /// SNAP ping through a running node (SNAP paper, Fig. 1).
     Ping(apps::PingArgs),
     /// SNAP traceroute: every hop reports back with `send`.
@@ -174,6 +178,7 @@ fn run(cli: Cli) -> Result<std::process::ExitCode> {
         Cmd::Demo { nodes, quiet } => demo::run(nodes, quiet),
         Cmd::Node(a) => node_cmd::run(a),
         Cmd::Status(a) => node_cmd::status(a),
+        Cmd::Capture(a) => capture_cmd::run(a),
         Cmd::Ping(a) => apps::ping(a),
         Cmd::Traceroute(a) => apps::traceroute(a),
         Cmd::Send(a) => apps::send(a),

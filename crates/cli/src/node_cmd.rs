@@ -301,6 +301,7 @@ pub(crate) fn render(v: &Value) -> String {
         let _ = writeln!(s, "  {k:<20} {n:>12}");
     }
     s.push_str(&crate::monitor_cmd::render_tap(v));
+    s.push_str(&crate::capture_cmd::render_status(v));
     if let Some(sessions) = v.pointer("/rcane/sessions").and_then(Value::as_array) {
         let _ = writeln!(s, "\nsessions (RCANE): {}", sessions.len());
         for x in sessions {

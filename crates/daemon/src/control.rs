@@ -33,13 +33,13 @@ pub(crate) enum Stream {
 }
 
 impl Stream {
-    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+    pub(crate) fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Unix(s) => s.read(b),
             Stream::Tcp(s) => s.read(b),
         }
     }
-    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+    pub(crate) fn write(&mut self, b: &[u8]) -> io::Result<usize> {
         match self {
             Stream::Unix(s) => s.write(b),
             Stream::Tcp(s) => s.write(b),
@@ -79,6 +79,10 @@ pub(crate) enum Request {
     MonitorUnload(String),
     /// A `monitor-*` request that does not parse: why.
     BadMonitor(&'static str),
+    /// Control `capture [iface=NAME] [queue=N]` (the operator's capture,
+    /// `crate::capture`): the interface and queue asked for, or why the
+    /// line does not parse.
+    Capture(Result<(Option<String>, Option<u32>), anode_wire::capture::RequestError>),
     /// Control `metrics` or HTTP `GET /metrics`: Prometheus text.
     Metrics,
     /// An unknown control request (its first line).
@@ -108,11 +112,17 @@ pub(crate) struct Conn {
     /// Whether the answer is being written (then only writability matters).
     pub(crate) responding: bool,
     pub(crate) deadline: Instant,
+    /// Set when the connection streams a capture (`crate::capture`).
+    pub(crate) capture: Option<Box<crate::capture::CaptureConn>>,
 }
 
 impl Conn {
     pub(crate) fn new(stream: Stream, deadline: Instant) -> Conn {
-        Conn { stream, input: Vec::new(), output: Vec::new(), sent: 0, responding: false, deadline }
+        Conn { stream, input: Vec::new(), output: Vec::new(), sent: 0, responding: false, deadline, capture: None }
+    }
+
+    pub(crate) fn stream_mut(&mut self) -> &mut Stream {
+        &mut self.stream
     }
 
     fn is_http(&self) -> bool {
@@ -195,6 +205,9 @@ pub(crate) fn parse_control(b: &[u8]) -> Request {
         "metrics" => Request::Metrics,
         "modules" => Request::Modules,
         other if other.starts_with("monitor-") => parse_monitor(other),
+        other if other.split_ascii_whitespace().next() == Some("capture") => {
+            Request::Capture(anode_wire::capture::Request::parse(other).map(|r| (r.iface.map(str::to_string), r.queue)))
+        }
         other => match other.strip_prefix("unload ").map(|n| n.trim().trim_start_matches('m').parse::<u32>()) {
             Some(Ok(id)) => Request::Unload(id),
             _ => Request::UnknownControl(other.chars().take(64).collect()),
@@ -398,11 +411,12 @@ impl Daemon {
         let slot = match self.conns_mut(l).iter().position(Option::is_none) {
             Some(slot) => slot,
             None => {
+                // A capture is never evicted: it ends when its client goes.
                 let oldest = self
                     .conns_mut(l)
                     .iter()
                     .enumerate()
-                    .filter_map(|(i, c)| c.as_ref().map(|c| (c.deadline, i)))
+                    .filter_map(|(i, c)| c.as_ref().filter(|c| c.capture.is_none()).map(|c| (c.deadline, i)))
                     .min()
                     .map(|(_, i)| i);
                 let Some(slot) = oldest else { return };
@@ -419,18 +433,28 @@ impl Daemon {
         self.conns_mut(l)[slot] = Some(Conn::new(s, deadline));
     }
 
-    fn close_conn(&mut self, l: Listener, slot: usize) {
+    pub(crate) fn close_conn(&mut self, l: Listener, slot: usize) {
         if let Some(c) = self.conns_mut(l).get_mut(slot).and_then(Option::take) {
             let _ = self.epoll.delete(&c.stream);
+            if c.capture.is_some() && self.node.capture_on() {
+                self.node.capture_stop(anode_node::core::CaptureStop::ClientGone);
+                tracing::info!("capture ended: its client closed the connection");
+            }
         }
     }
 
     pub(crate) fn conn_ready(&mut self, l: Listener, slot: usize, ev: EpollFlags) {
         let Some(mut c) = self.conns_mut(l).get_mut(slot).and_then(Option::take) else { return };
-        let progress = if c.responding {
+        let progress = if c.capture.is_some() {
+            self.capture_ready(&mut c, ev, Self::conn_token(l, slot))
+        } else if c.responding {
             c.on_writable()
         } else {
             match c.on_readable() {
+                Progress::Request(Request::Capture(req)) if l == Listener::Control => {
+                    self.stats.control_requests += 1;
+                    self.capture_begin(&mut c, &req, Self::conn_token(l, slot))
+                }
                 Progress::Request(r) => {
                     self.stats.control_requests += 1;
                     let answer = self.answer(&r, l == Listener::Metrics);
@@ -459,6 +483,10 @@ impl Daemon {
             for slot in 0..self.conns_mut(l).len() {
                 if self.conns_mut(l)[slot].as_ref().is_some_and(|c| now >= c.deadline) {
                     debug!(listener = ?l, slot, "connection timed out");
+                    if self.conns_mut(l)[slot].as_ref().is_some_and(|c| c.capture.is_some()) {
+                        self.node.capture_stop(anode_node::core::CaptureStop::Stalled);
+                        tracing::warn!("capture stopped: its client read nothing for [local] stall_timeout_ms");
+                    }
                     self.close_conn(l, slot);
                     self.stats.conns_expired += 1;
                 }
@@ -499,8 +527,10 @@ impl Daemon {
                 None => format!("error: no monitoring module {name:?} is loaded on this node's tap\n").into_bytes(),
             },
             (R::BadMonitor(why), _) => format!("error: {why}\n").into_bytes(),
+            // Served by `capture_begin` (a control connection only).
+            (R::Capture(_), _) => b"error: capture is a control-socket request\n".to_vec(),
             (R::UnknownControl(l), _) => {
-                format!("error: unknown request {l:?} (try \"status\", \"metrics\", \"modules\", \"unload ID\", \"monitor-load NAME MODULE CREDENTIAL\" or \"monitor-unload NAME\")\n")
+                format!("error: unknown request {l:?} (try \"status\", \"metrics\", \"modules\", \"unload ID\", \"monitor-load NAME MODULE CREDENTIAL\", \"monitor-unload NAME\" or \"capture [iface=NAME] [queue=N]\")\n")
                     .into_bytes()
             }
             (R::HttpNotFound, _) => http_response("404 Not Found", "text/plain", b"not found; try /metrics\n"),
@@ -532,6 +562,7 @@ impl Daemon {
             s.push_str(&sessions_prometheus(&v));
         }
         s.push_str(&self.tap_prometheus());
+        s.push_str(&self.capture_prometheus());
         s
     }
 
@@ -560,6 +591,7 @@ impl Daemon {
                 o.insert("rcane".into(), s);
             }
             o.insert("monitor".into(), self.tap_json());
+            o.insert("capture".into(), self.capture_json());
             if let Some(b) = &self.boot {
                 o.insert("boot".into(), b.clone());
             }
@@ -660,6 +692,21 @@ mod tests {
         assert!(bad(&[b"monitor-load ".as_slice(), &[b'x'; 65], b" /m /c"].concat()), "a name too long");
         assert!(bad(b"monitor-unload"), "no name");
         assert!(bad(b"monitor-reboot x"), "an unknown monitor request");
+    }
+
+    #[test]
+    fn capture_requests_and_typed_rejections() {
+        use anode_wire::capture::RequestError as E;
+        assert_eq!(parse_control(b"capture"), Request::Capture(Ok((None, None))));
+        assert_eq!(
+            parse_control(b"capture iface=east queue=9\r"),
+            Request::Capture(Ok((Some("east".into()), Some(9))))
+        );
+        assert_eq!(parse_control(b"capture iface=a/b"), Request::Capture(Err(E::BadIface)));
+        assert_eq!(parse_control(b"capture queue=0"), Request::Capture(Err(E::BadQueue)));
+        assert_eq!(parse_control(b"capture everything"), Request::Capture(Err(E::UnknownArgument)));
+        assert_eq!(parse_control(b"capture iface=a iface=b"), Request::Capture(Err(E::Duplicate("iface"))));
+        assert_eq!(parse_control(b"captures"), Request::UnknownControl("captures".into()));
     }
 
     #[test]

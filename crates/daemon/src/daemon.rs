@@ -772,6 +772,7 @@ impl Daemon {
             }
             self.timeouts(Instant::now());
             self.run_tap();
+            self.run_capture();
             more = self.run_sessions();
             self.write_periods(false);
             self.record_charges(false);

@@ -3,7 +3,7 @@
 //! ```text
 //!  UDP iface 0..n ──recvmmsg──► Node::handle_datagram ──sendmmsg──► UDP iface (per next hop)
 //!  app.sock (Unix seqpacket) ─► HELLO/REGISTER/INJECT/PLAIN/CAPSULE   └──► DELIVER to app clients
-//!  control.sock (Unix stream) ► "status" (JSON) | "metrics" (Prometheus)
+//!  control.sock (Unix stream) ► "status" (JSON) | "metrics" (Prometheus) | "capture" (frames)
 //!  metrics TCP (optional) ────► GET /metrics
 //!  signalfd ──────────────────► SIGTERM/SIGINT: finish the batch, clean up, exit
 //! ```
@@ -21,6 +21,8 @@
 //! - `udp`: batched receive and send on the interface sockets.
 //! - `app`: the local application API, one connection per client.
 //! - `control`: the control socket and the metrics endpoint.
+//! - `capture`: `anode capture`, the operator's stream of plaintext
+//!   datagrams over the control socket.
 //! - `droplog`, [`ratelog`]: rate-limited logging.
 //! - [`client`]: a blocking client for the local API.
 //!
@@ -38,6 +40,7 @@
 #![warn(missing_docs)]
 
 mod app;
+mod capture;
 pub mod client;
 mod control;
 pub mod daemon;

@@ -404,3 +404,55 @@ fn capsule_without_a_valid_credential_is_refused_and_counted() {
     // SNAP still works.
     assert_eq!(l.ping(0, 1), 1);
 }
+
+/// `anode capture` in the core (issue 19): on an encrypted line the middle
+/// node's capture holds the plaintext SNAP datagrams (the wire has only
+/// ESP), each direction with the real endpoints; a queue of one drops the
+/// rest as counted capture drops while the ping still crosses; stopping
+/// empties it; one capture at a time.
+#[test]
+fn capture_holds_plaintext_both_ways_and_a_full_queue_drops_copies_not_packets() {
+    use anode_node::core::{CaptureConfig, CaptureDir, CaptureStartError, CaptureStop};
+    let mut l = Line::new(3, "encrypt");
+    l.poll();
+    let local: Vec<SocketAddr> = l.cfgs[1].interfaces.iter().map(|i| i.listen).collect();
+    let cfg = |queue| CaptureConfig {
+        interfaces: vec![true, true],
+        local: local.clone(),
+        queue,
+        queue_bytes: 1 << 20,
+        unix_ms_at_zero: 1_800_000_000_000,
+    };
+    l.nodes[1].capture_start(cfg(64)).unwrap();
+    assert_eq!(l.nodes[1].capture_start(cfg(64)), Err(CaptureStartError::Busy));
+    l.wire.clear();
+    assert_eq!(l.ping(0, 2), 1);
+    assert!(l.wire.iter().all(|(_, _, b)| anep::Packet::new_checked(b).unwrap().type_id() == anep::TYPE_ESP));
+    let mut got = Vec::new();
+    l.nodes[1].capture_drain(usize::MAX, |p| {
+        got.push(p.clone());
+        true
+    });
+    assert_eq!(got.len(), 4, "in and out, both ways: {got:?}");
+    for p in &got {
+        let a = anep::Packet::new_checked(&p.data[..]).unwrap();
+        assert_eq!(a.type_id(), anep::TYPE_SNAP, "plaintext, not ESP");
+        assert_eq!(p.local, local[p.iface]);
+        assert!(p.ts_ns >= 1_800_000_000_000 * 1_000_000);
+    }
+    let dirs: Vec<CaptureDir> = got.iter().map(|p| p.dir).collect();
+    assert_eq!(dirs, [CaptureDir::In, CaptureDir::Out, CaptureDir::In, CaptureDir::Out]);
+    assert_eq!((got[0].peer, got[1].peer), (ep(0, 0), ep(2, 0)), "from a, then to c");
+    l.nodes[1].capture_stop(CaptureStop::ClientGone);
+    assert!(!l.nodes[1].capture_on());
+
+    l.nodes[1].capture_start(cfg(1)).unwrap();
+    assert_eq!(l.ping(0, 2), 1, "a full capture queue does not stop the ping");
+    assert_eq!(l.nodes[1].capture_drops(), 3);
+    let k = l.nodes[1].capture_counters();
+    assert_eq!((k.started, k.queued_in, k.queued_out, k.drops, k.drained), (2, 3, 2, 3, 4));
+    l.nodes[1].capture_stop(CaptureStop::Stalled);
+    let k = l.nodes[1].capture_counters();
+    assert_eq!((k.stopped_client, k.stopped_stalled), (1, 1));
+    assert_eq!(l.nodes[1].capture_json()["running"], false);
+}

@@ -1,7 +1,7 @@
 //! Entry point of the `wire_views` fuzz target (and its seed replay test):
 //! arbitrary bytes through every view and Repr of this crate.
 
-use crate::{anep, control, local, plain};
+use crate::{anep, capture, control, local, plain};
 
 /// Every view is checked, read and (when valid) turned into a Repr that
 /// emits the same header back. Must never panic.
@@ -35,6 +35,19 @@ pub fn views(data: &[u8]) {
     if let Ok(r) = local::Reply::decode(data) {
         assert_eq!(local::Reply::decode(&r.encode()), Ok(r));
     }
+    if let Ok(f) = capture::Frame::parse(data) {
+        let mut v = Vec::new();
+        assert!(f.emit(&mut v).is_ok());
+        assert_eq!(v, data, "a capture frame re-encodes byte for byte");
+    }
+    if let Ok(Some(n)) = capture::frame_len(data) {
+        assert!(n <= capture::FRAME_HEADER + capture::MAX_BODY);
+    }
+    if let Ok(line) = core::str::from_utf8(data)
+        && let Ok(r) = capture::Request::parse(line)
+    {
+        assert_eq!(capture::Request::parse(&r.to_line()), Ok(r));
+    }
 }
 
 #[cfg(test)]
@@ -49,6 +62,13 @@ mod tests {
             vec![1, 2, b'a', b'b', 0, 0, 0, 1, b'c', b'z'],
             vec![0x81, 2, 4, b'n', b'o'],
             vec![0x02, 0x1b, 0x58],
+            b"capture iface=east queue=64".to_vec(),
+            vec![
+                2, 0, 0, 0, 26, 1, 0, 0, 0, 0, 0, 0, 0, 0, 9, 127, 0, 0, 1, 0x13, 0x88, 127, 0, 0, 1, 0x13, 0x89, 1, 2,
+                3, 4,
+            ],
+            vec![1, 0, 0, 0, 11, 1, 1, 0, 1, 2, 3, 4, 0, 5, 1, b'x'],
+            vec![3, 0, 0, 0, 3, 2, b'n', b'o'],
         ];
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/wire_views");
         if let Ok(rd) = std::fs::read_dir(&dir) {

@@ -9,6 +9,8 @@
 //! - [`control`]: control messages a user sends a node over its security
 //!   association (module loads) and the node's typed replies.
 //! - [`local`]: the messages of the local application API (`app.sock`).
+//! - [`capture`]: `anode capture`'s request on the control socket and the
+//!   framed stream of plaintext datagrams the node answers with.
 //! - [`fuzzing`]: the entry point of the `wire_views` fuzz target.
 //!
 //! SNAP packets have their own view in `anode_snap::wire`, capsules in
@@ -30,6 +32,7 @@
 #![warn(missing_docs)]
 
 pub mod anep;
+pub mod capture;
 pub mod control;
 pub mod frag;
 pub mod fuzzing;

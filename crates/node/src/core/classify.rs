@@ -65,9 +65,12 @@ impl Node {
         let Some(f) = self.frame(buf, 0, len) else { return };
         if self.sec.is_none() {
             self.tap_packet(iface, from, &buf[f.base..f.end], now_ms);
+            self.capture_in(iface, from, &buf[f.base..f.end]);
+            let mark = out.transmits.len();
             let prev = from.and_then(|f| self.ep_addr.get(&f).copied());
             self.dispatch(prev, buf, f, out);
             self.drain_loopback(now_ms, out);
+            self.capture_out(buf, out, mark);
             return;
         }
         match f.type_id {
@@ -79,6 +82,7 @@ impl Node {
             anep::TYPE_DOMAIN => {
                 // Authenticated by its ticket or attachment, not by an SA.
                 let mark = out.transmits.len();
+                self.capture_in(iface, from, &buf[f.base..f.end]);
                 self.domain_datagram(None, buf, f, now_ms, out);
                 self.protect(buf, out, mark, now_ms);
             }
@@ -161,6 +165,7 @@ impl Node {
         let principal = g.links.key_of(opened.peer);
         let endpoint = g.links.endpoint_of(opened.peer);
         let Some(inner) = self.frame(buf, opened.inner.start, opened.inner.end) else { return };
+        self.capture_in(iface, from.or(endpoint), &buf[inner.base..inner.end]);
         if inner.type_id == anep::TYPE_CONTROL {
             out.system = true;
             self.control(principal, endpoint, iface, &buf[inner.payload..inner.end], now_ms, out);

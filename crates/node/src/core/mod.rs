@@ -15,6 +15,7 @@
 //! buffer ([`Data::Input`]); child packets are built in the outbox arena.
 //! Steady-state handling of a forwarded packet allocates nothing.
 
+mod capture;
 mod classify;
 mod control;
 mod data;
@@ -26,6 +27,10 @@ mod seal;
 mod sessions;
 mod tap;
 
+pub use capture::{
+    CAPTURE_QUEUE, CAPTURE_QUEUE_BYTES, CaptureConfig, CaptureCounters, CaptureDir, CaptureStartError, CaptureStop,
+    Captured,
+};
 pub use domain::drop_of as domain_drop_of;
 pub use kdc::KDC_OP;
 pub use modules::LoadFailure;
@@ -293,6 +298,8 @@ pub struct Node {
     pub(super) sched: Option<Box<sessions::Sched>>,
     /// The FLAME tap, when `[monitor]` turns it on.
     tap: Option<Box<tap::Tap>>,
+    /// The operator's capture (`anode capture`), when one runs.
+    capture: capture::CaptureSlot,
     /// Boot recovery served to peers.
     recovery: recovery::Recovery,
     /// The domain's key distribution service.
@@ -372,6 +379,7 @@ impl Node {
             to_channels: Vec::new(),
             sched: None,
             tap: None,
+            capture: capture::CaptureSlot::default(),
             recovery: recovery::Recovery::default(),
             kdc: kdc::KdcState::default(),
             domain: None,

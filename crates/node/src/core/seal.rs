@@ -76,6 +76,7 @@ impl Node {
     /// Protects the transmissions from index `mark` on for their next hop
     /// (hop by hop, SANE §4.6). Those without an SA are dropped (`no_sa`).
     pub(super) fn protect(&mut self, buf: &[u8], out: &mut Outbox, mark: usize, now_ms: u64) {
+        self.capture_out(buf, out, mark);
         let Some(g) = self.sec.as_mut() else { return };
         let mut keep = mark;
         for i in mark..out.transmits.len() {
