@@ -349,6 +349,8 @@ impl Worker {
                 let due =
                     [g.poll_at().map(|ms| ms.saturating_mul(1_000_000)), g.sched_poll_at()].into_iter().flatten().min();
                 kick |= due.is_some_and(|d| d < shared.armed_ns.load(Ordering::Relaxed));
+                // A running capture is drained by the event loop.
+                kick |= g.capture_on();
             }
             if kick {
                 let _ = shared.kick.write(1);
