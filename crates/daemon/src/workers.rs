@@ -344,7 +344,9 @@ impl Worker {
                 if self.rcane {
                     let used = crate::daemon::thread_cpu_ns().saturating_sub(cpu0);
                     charge_batch(&mut g, &mut self.rx, k, used);
-                    shared.charged.store(true, Ordering::Relaxed);
+                    // The first charge since the event loop last looked
+                    // wakes it, so that it schedules the ledger's flush.
+                    kick |= !shared.charged.swap(true, Ordering::Relaxed);
                 }
                 let due =
                     [g.poll_at().map(|ms| ms.saturating_mul(1_000_000)), g.sched_poll_at()].into_iter().flatten().min();
