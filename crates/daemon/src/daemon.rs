@@ -735,7 +735,9 @@ impl Daemon {
                     if Instant::now() >= until {
                         break;
                     }
-                    std::hint::spin_loop();
+                    // Give the CPU to anything runnable (another node, the
+                    // sender): polling must not take it from the work it waits for.
+                    std::thread::yield_now();
                 }
             }
             if n == 0 {

@@ -243,7 +243,9 @@ pub(crate) fn run_worker(w: WorkerSetup, node: Arc<Mutex<Node>>, shared: Arc<Sha
                 if Instant::now() >= until {
                     break;
                 }
-                std::hint::spin_loop();
+                // Give the CPU to anything runnable: polling must not take
+                // it from the work it waits for.
+                std::thread::yield_now();
             }
         }
         if n == 0 {
