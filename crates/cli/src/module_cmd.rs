@@ -54,7 +54,7 @@ pub enum ModuleCmd {
     /// Unload a module (the operator's decision; its alarms, channels and
     /// names go with it). Over the node's control socket.
     Unload {
-        /// The module id (`m3` or `3`, as `list` shows it).
+        /// The module id (`m3` or `3`, or a pod's `p0`, as `list` shows it).
         id: String,
         /// The node's run directory.
         #[arg(long, value_name = "DIR")]

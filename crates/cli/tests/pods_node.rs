@@ -43,6 +43,18 @@ fn a_pod_from_the_config_is_loaded_at_start_and_listed_and_a_refused_one_stops_t
     let pods: Vec<&serde_json::Value> = list.as_array().unwrap().iter().filter(|m| m["kind"] == "pod").collect();
     assert_eq!(pods.len(), 1, "{list}");
     assert!(line.log(2).contains("pod loaded from the config"), "{}", line.log(2));
+    // The operator unloads it by its id; a second unload says there is none.
+    let id = pods[0]["id"].as_str().unwrap().to_string();
+    assert!(id.starts_with('p'), "{id}");
+    let unload =
+        || Command::new(ANODE).args(["module", "unload", &id, "--run-dir"]).arg(line.run_dir(2)).output().unwrap();
+    let o = unload();
+    assert!(o.status.success() && text(&o).contains(&format!("unloaded {id}")), "{}", text(&o));
+    let o = Command::new(ANODE).args(["module", "list", "--json", "--run-dir"]).arg(line.run_dir(2)).output().unwrap();
+    let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(list.as_array().unwrap().iter().all(|m| m["kind"] != "pod"), "{list}");
+    let o = unload();
+    assert!(!o.status.success() && text(&o).contains("no pod"), "{}", text(&o));
     drop(line);
     // A credential without the `pod` interface: the node does not start, and says why.
     let bad = cred("nopod.cred", &[Interface::Log]);

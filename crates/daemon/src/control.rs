@@ -65,6 +65,9 @@ pub(crate) enum Request {
     Modules,
     /// Control `unload ID`: the operator unloads a module.
     Unload(u32),
+    /// Control `unload pN`: the operator unloads a pod (its bindings fail
+    /// with `E_GONE` at their next call).
+    UnloadPod(u32),
     /// Control `monitor-load NAME MODULE CREDENTIAL`: the local operator
     /// loads a monitoring module (files on this host) into the tap.
     MonitorLoad {
@@ -208,9 +211,16 @@ pub(crate) fn parse_control(b: &[u8]) -> Request {
         other if other.split_ascii_whitespace().next() == Some("capture") => {
             Request::Capture(anode_wire::capture::Request::parse(other).map(|r| (r.iface.map(str::to_string), r.queue)))
         }
-        other => match other.strip_prefix("unload ").map(|n| n.trim().trim_start_matches('m').parse::<u32>()) {
-            Some(Ok(id)) => Request::Unload(id),
-            _ => Request::UnknownControl(other.chars().take(64).collect()),
+        other => match other.strip_prefix("unload ").map(str::trim) {
+            Some(id) if id.starts_with('p') => match id[1..].parse::<u32>() {
+                Ok(n) => Request::UnloadPod(n),
+                Err(_) => Request::UnknownControl(other.chars().take(64).collect()),
+            },
+            Some(id) => match id.trim_start_matches('m').parse::<u32>() {
+                Ok(n) => Request::Unload(n),
+                Err(_) => Request::UnknownControl(other.chars().take(64).collect()),
+            },
+            None => Request::UnknownControl(other.chars().take(64).collect()),
         },
     }
 }
@@ -518,6 +528,14 @@ impl Daemon {
                 }
                 None => format!("error: no module m{id} is loaded\n").into_bytes(),
             },
+            (R::UnloadPod(id), _) => {
+                if self.node.unload_pod(*id) {
+                    tracing::info!(pod = id, "pod unloaded by the operator");
+                    format!("unloaded p{id}\n").into_bytes()
+                } else {
+                    format!("error: no pod p{id} is loaded\n").into_bytes()
+                }
+            }
             (R::MonitorLoad { name, module, credential }, _) => self.monitor_load(name, module, credential),
             (R::MonitorUnload(name), _) => match self.node.tap_unload(name, "unloaded by the operator") {
                 Some(id) => {
@@ -671,6 +689,11 @@ mod tests {
         assert_eq!(parse_control(b" metrics \r"), Request::Metrics);
         assert_eq!(parse_control(b"reboot\nstatus"), Request::UnknownControl("reboot".into()));
         assert_eq!(parse_control(b"\xff\xfe"), Request::UnknownControl("\u{fffd}\u{fffd}".into()));
+        assert_eq!(parse_control(b"unload m4"), Request::Unload(4));
+        assert_eq!(parse_control(b"unload 5"), Request::Unload(5));
+        assert_eq!(parse_control(b"unload p3"), Request::UnloadPod(3));
+        assert_eq!(parse_control(b"unload px"), Request::UnknownControl("unload px".into()));
+        assert_eq!(parse_control(b"unload p"), Request::UnknownControl("unload p".into()));
     }
 
     #[test]
