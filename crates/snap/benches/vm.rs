@@ -606,6 +606,28 @@ fn run_plain(n: u64) {
         }
         println!("rbpf/udp_filter: {n} runs");
     }
+    for bound in [Bound::Fuel, Bound::Epoch, Bound::None] {
+        let b = bound.name();
+        let engine = wasm_engine(bound);
+        if format!("wasm_{b}/udp_filter").contains(only.as_str()) {
+            let (mut w, inst) = Wasm::new(&engine, FILTER_WAT, bound);
+            let f = inst.get_typed_func::<i32, i32>(&mut w.store, "filter").expect("filter");
+            for _ in 0..n {
+                w.enter(black_box(&frame));
+                black_box(f.call(&mut w.store, frame.len() as i32).expect("runs"));
+            }
+            println!("wasm_{b}/udp_filter: {n} runs");
+        }
+        if format!("wasm_{b}/alu200").contains(only.as_str()) {
+            let (mut w, inst) = Wasm::new(&engine, &alu_wat(&alu_ops(200)), bound);
+            let f = inst.get_typed_func::<i64, i64>(&mut w.store, "alu").expect("alu");
+            for _ in 0..n {
+                w.enter(&[]);
+                black_box(f.call(&mut w.store, black_box(1)).expect("runs"));
+            }
+            println!("wasm_{b}/alu200: {n} runs");
+        }
+    }
 }
 
 criterion_group!(benches, bench_ping, bench_fixed, bench_alu, bench_rbpf, bench_wasm);
