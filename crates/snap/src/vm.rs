@@ -589,13 +589,6 @@ impl Default for Vm {
     }
 }
 
-/// The instructions [`fast`] runs.
-macro_rules! fast_ops {
-    () => {
-        opc::Nop | opc::Push | opc::PushB | opc::PushU | opc::Pop | opc::PopI | opc::Pull | opc::Store | opc::Slide | opc::Swap | opc::Bne | opc::Beq | opc::Ji | opc::Paj | opc::Add | opc::Sub | opc::Mul | opc::Neg | opc::Abs | opc::Min | opc::Max | opc::AddI | opc::SubI | opc::MulI | opc::And | opc::Or | opc::Xor | opc::Not | opc::Shl | opc::Shr | opc::ShrU | opc::AndI | opc::OrI | opc::XorI | opc::ShlI | opc::ShrI | opc::LNot | opc::Lt | opc::Le | opc::Gt | opc::Ge | opc::EqI | opc::NeqI | opc::LtI | opc::LeI | opc::GtI | opc::GeI | opc::BLen | opc::BGet | opc::BGetX | opc::BGet16
-    };
-}
-
 /// Result of the interpreter loop: a normal end is written to the outcome
 /// directly (a small `Ok`), a fault is returned with its instruction index.
 type Run = Result<(), (Fault, Option<u16>)>;
@@ -925,6 +918,47 @@ impl Vm {
                 push!(v)
             }};
         }
+        // Integer operators work on the top of the stack in place: one
+        // bounds check, and the stack never grows.
+        macro_rules! top2 {
+            (|$a:ident, $b:ident| $e:expr) => {{
+                let i = match sp.checked_sub(2) {
+                    Some(i) => i,
+                    None => fail!(Fault::StackUnderflow),
+                };
+                match st.get_mut(i..sp) {
+                    Some([x, y]) => {
+                        let ($a, $b) = (sext25(E::get(*x)), sext25(E::get(*y)));
+                        let r: Value = $e;
+                        *x = E::put(r.0);
+                    }
+                    _ => fail!(Fault::StackUnderflow),
+                }
+                sp = i + 1;
+            }};
+        }
+        macro_rules! top1 {
+            (|$a:ident| $e:expr) => {{
+                match sp.checked_sub(1).and_then(|i| st.get_mut(i)) {
+                    Some(x) => {
+                        let $a = sext25(E::get(*x));
+                        let r: Value = $e;
+                        *x = E::put(r.0);
+                    }
+                    None => fail!(Fault::StackUnderflow),
+                }
+            }};
+        }
+        macro_rules! binop {
+            (|$a:ident, $b:ident| $e:expr) => {
+                top2!(|$a, $b| Value::int($e))
+            };
+        }
+        macro_rules! cmp {
+            (|$a:ident, $b:ident| $e:expr) => {
+                top2!(|$a, $b| Value::bool($e))
+            };
+        }
         macro_rules! fbin {
             (|$a:ident, $b:ident| $e:expr) => {{
                 let $b = float!();
@@ -937,6 +971,19 @@ impl Vm {
                 let $b = float!();
                 let $a = float!();
                 push!(Value::bool($e))
+            }};
+        }
+        macro_rules! jump {
+            ($at:expr, $off:expr) => {{
+                let off: i64 = $off;
+                if off < 1 {
+                    fail!(Fault::BackwardBranch { offset: off })
+                }
+                let target = $at as i64 + off;
+                if target > code_len as i64 {
+                    fail!(Fault::BranchOutOfBounds { target })
+                }
+                pc = target as usize;
             }};
         }
         macro_rules! netop {
@@ -972,20 +1019,15 @@ impl Vm {
             // second jump table on the decoded `Op`); unassigned codes fault.
             let op = (w >> 25) as u8;
             match op {
-                // The pure stack, integer and branch instructions: the fast
-                // loop runs this one and those after it, until another kind.
-                fast_ops!() => {
-                    let mut r = Regs { pc: at, sp, executed: executed - 1, seg_max };
-                    let res = if T::ENABLED {
-                        fast::<E, true>(code, code_len, st, &Heap { words: heapw, scratch, h0 }, &mut r)
-                    } else {
-                        fast::<E, false>(code, code_len, st, &Heap { words: heapw, scratch, h0 }, &mut r)
-                    };
-                    (pc, sp, executed, seg_max) = (r.pc, r.sp, r.executed, r.seg_max);
-                    if let Err(f) = res {
-                        fail!(f)
+                opc::Nop => {}
+                opc::Push => push!(Value(imm)),
+                opc::PushB => {
+                    if imm > 1 {
+                        fail!(Fault::InvalidImmediate(imm))
                     }
+                    push!(Value::bool(imm != 0))
                 }
+                opc::PushU => push!(Value::UNIT),
                 opc::PushH => {
                     if imm >= h0 {
                         fail!(Fault::HeapOutOfBounds { offset: imm })
@@ -995,6 +1037,43 @@ impl Vm {
                         fail!(Fault::TypeMismatch { expected: "heap object", found: ty as u8 })
                     }
                     push!(Value((ty << 25) | imm))
+                }
+                opc::Pop => {
+                    pop!();
+                }
+                opc::PopI => {
+                    sp = match sp.checked_sub(imm as usize) {
+                        Some(s) => s,
+                        None => fail!(Fault::StackUnderflow),
+                    };
+                }
+                opc::Pull => {
+                    let v = match sp.checked_sub(imm as usize + 1).and_then(|i| st.get(i)) {
+                        Some(b) => E::get(*b),
+                        None => fail!(Fault::StackUnderflow),
+                    };
+                    push!(Value(v))
+                }
+                opc::Store => {
+                    let v = pop!();
+                    match sp.checked_sub(imm as usize + 1).and_then(|i| st.get_mut(i)) {
+                        Some(b) => *b = E::put(v.0),
+                        None => fail!(Fault::StackUnderflow),
+                    }
+                }
+                opc::Slide => {
+                    let v = pop!();
+                    sp = match sp.checked_sub(imm as usize) {
+                        Some(s) => s,
+                        None => fail!(Fault::StackUnderflow),
+                    };
+                    push!(v)
+                }
+                opc::Swap => {
+                    let b = pop!();
+                    let a = pop!();
+                    push!(b);
+                    push!(a)
                 }
                 // ---- network control ----
                 opc::Forw | opc::ForwTo => {
@@ -1081,6 +1160,21 @@ impl Vm {
                     finish!(End::Exit)
                 }
                 // ---- flow control ----
+                opc::Bne => {
+                    if pop!().datum() != 0 {
+                        jump!(at, sext25(imm) as i64)
+                    }
+                }
+                opc::Beq => {
+                    if pop!().datum() == 0 {
+                        jump!(at, sext25(imm) as i64)
+                    }
+                }
+                opc::Ji => jump!(at, sext25(imm) as i64),
+                opc::Paj => {
+                    let v = int!() as i64;
+                    jump!(at, v + sext25(imm) as i64)
+                }
                 // ---- environment ----
                 opc::GetSrc => push_addr!(hdr.src),
                 opc::GetDst => push_addr!(hdr.dst),
@@ -1110,6 +1204,9 @@ impl Vm {
                 opc::NNbr => push!(Value::int(ctx.neighbors().len().min(1 << 20) as i32)),
                 opc::Depth => push!(Value::int(sp as i32)),
                 // ---- integer arithmetic ----
+                opc::Add => binop!(|a, b| a.wrapping_add(b)),
+                opc::Sub => binop!(|a, b| a.wrapping_sub(b)),
+                opc::Mul => binop!(|a, b| a.wrapping_mul(b)),
                 opc::Div | opc::Mod => {
                     let b = int!();
                     let a = int!();
@@ -1118,6 +1215,13 @@ impl Vm {
                     }
                     push!(Value::int(if op == opc::Div { a.wrapping_div(b) } else { a.wrapping_rem(b) }))
                 }
+                opc::Neg => top1!(|a| Value::int(a.wrapping_neg())),
+                opc::Abs => top1!(|a| Value::int(a.wrapping_abs())),
+                opc::Min => binop!(|a, b| a.min(b)),
+                opc::Max => binop!(|a, b| a.max(b)),
+                opc::AddI => top1!(|a| Value::int(a.wrapping_add(sext25(imm)))),
+                opc::SubI => top1!(|a| Value::int(a.wrapping_sub(sext25(imm)))),
+                opc::MulI => top1!(|a| Value::int(a.wrapping_mul(sext25(imm)))),
                 opc::DivI | opc::ModI => {
                     let b = sext25(imm);
                     let a = int!();
@@ -1127,6 +1231,22 @@ impl Vm {
                     push!(Value::int(if op == opc::DivI { a.wrapping_div(b) } else { a.wrapping_rem(b) }))
                 }
                 // ---- bitwise ----
+                opc::And => binop!(|a, b| a & b),
+                opc::Or => binop!(|a, b| a | b),
+                opc::Xor => binop!(|a, b| a ^ b),
+                opc::Not => top1!(|a| Value::int(!a)),
+                opc::Shl => binop!(|a, b| a.wrapping_shl(b as u32 & 31)),
+                opc::Shr => binop!(|a, b| a >> (b as u32 & 31)),
+                opc::ShrU => binop!(|a, b| (trunc25(a) >> (b as u32 & 31)) as i32),
+                opc::AndI => top1!(|a| Value::int(a & sext25(imm))),
+                opc::OrI => top1!(|a| Value::int(a | sext25(imm))),
+                opc::XorI => top1!(|a| Value::int(a ^ sext25(imm))),
+                opc::ShlI => top1!(|a| Value::int(a.wrapping_shl(imm & 31))),
+                opc::ShrI => top1!(|a| Value::int(a >> (imm & 31))),
+                opc::LNot => {
+                    let a = pop!();
+                    push!(Value::bool(a.datum() == 0))
+                }
                 // ---- relational ----
                 opc::Eq | opc::Neq => {
                     let b = pop!();
@@ -1152,6 +1272,16 @@ impl Vm {
                     };
                     push!(Value::bool(same == (op == opc::Eq)))
                 }
+                opc::Lt => cmp!(|a, b| a < b),
+                opc::Le => cmp!(|a, b| a <= b),
+                opc::Gt => cmp!(|a, b| a > b),
+                opc::Ge => cmp!(|a, b| a >= b),
+                opc::EqI => top1!(|a| Value::bool(a == sext25(imm))),
+                opc::NeqI => top1!(|a| Value::bool(a != sext25(imm))),
+                opc::LtI => top1!(|a| Value::bool(a < sext25(imm))),
+                opc::LeI => top1!(|a| Value::bool(a <= sext25(imm))),
+                opc::GtI => top1!(|a| Value::bool(a > sext25(imm))),
+                opc::GeI => top1!(|a| Value::bool(a >= sext25(imm))),
                 // ---- floating point ----
                 opc::FAdd => fbin!(|a, b| a + b),
                 opc::FSub => fbin!(|a, b| a - b),
@@ -1254,6 +1384,26 @@ impl Vm {
                     push!(Value::int(v.tag_code() as i32))
                 }
                 // ---- byte arrays ----
+                opc::BLen => {
+                    let (_, len) = blob!();
+                    push!(Value::int(len as i32))
+                }
+                opc::BGet | opc::BGetX => {
+                    let i = if op == opc::BGet { imm as i64 } else { int!() as i64 };
+                    let (off, len) = blob!();
+                    if i < 0 || i >= len as i64 {
+                        fail!(Fault::IndexOutOfBounds { index: i, len })
+                    }
+                    push!(Value::int(byte!(off, i as u32) as i32))
+                }
+                opc::BGet16 => {
+                    let (off, len) = blob!();
+                    if imm as u64 + 2 > len as u64 {
+                        fail!(Fault::IndexOutOfBounds { index: imm as i64, len })
+                    }
+                    let v = u16::from_be_bytes([byte!(off, imm), byte!(off, imm + 1)]);
+                    push!(Value::int(v as i32))
+                }
                 opc::BGetA => {
                     let (off, len) = blob!();
                     if imm as u64 + 4 > len as u64 {
@@ -1340,323 +1490,6 @@ impl Vm {
         });
         finish!(End::Forwarded)
     }
-}
-
-/// The heap as the fast loop reads it: the arriving heap's words, the
-/// execution heap, and the offset where the execution heap starts.
-#[derive(Debug, Clone, Copy)]
-struct Heap<'a> {
-    words: &'a [[u8; 4]],
-    scratch: &'a [u32],
-    h0: u32,
-}
-
-/// The interpreter state the fast loop changes.
-#[derive(Debug, Clone, Copy)]
-struct Regs {
-    /// Index of the next instruction.
-    pc: usize,
-    /// Stack depth in words (the stack region starts at the packet's stack).
-    sp: usize,
-    /// Instructions executed.
-    executed: u32,
-    /// Highest `sp` since the last heap allocation (see `push!` in `run`).
-    seg_max: usize,
-}
-
-/// Runs the pure stack, integer and branch instructions ([`fast_ops`]) from
-/// `r.pc` on, until the end of the code or an instruction of another kind
-/// (which it leaves for the caller: `r.pc` is its index). With `ONE` it runs
-/// exactly one (for tracing). Same semantics as the other instructions in
-/// `Vm::run`, on fewer live values: the general loop keeps about twenty, which
-/// do not fit in registers. On a fault `r.pc` is one past the faulting
-/// instruction and `r.executed` counts it, as in the general loop.
-#[inline(never)]
-fn fast<E: Endian, const ONE: bool>(
-    code: &[[u8; 4]],
-    code_len: usize,
-    st: &mut [[u8; 4]],
-    heap: &Heap<'_>,
-    r: &mut Regs,
-) -> Result<(), Fault> {
-    let Heap { words: heapw, scratch, h0 } = *heap;
-    let Regs { mut pc, mut sp, mut executed, mut seg_max } = *r;
-    macro_rules! fail {
-        ($f:expr) => {{
-            *r = Regs { pc, sp, executed, seg_max };
-            return Err($f);
-        }};
-    }
-    macro_rules! pop {
-        () => {{
-            sp = match sp.checked_sub(1) {
-                Some(s) => s,
-                None => fail!(Fault::StackUnderflow),
-            };
-            match st.get(sp) {
-                Some(b) => Value(E::get(*b)),
-                None => fail!(Fault::StackUnderflow),
-            }
-        }};
-    }
-    macro_rules! push {
-        ($v:expr) => {{
-            let v: Value = $v;
-            match st.get_mut(sp) {
-                Some(b) => *b = E::put(v.0),
-                None => fail!(Fault::StackOverflow),
-            }
-            sp += 1;
-            if sp > seg_max {
-                seg_max = sp;
-            }
-        }};
-    }
-    macro_rules! int {
-        () => {
-            pop!().as_int()
-        };
-    }
-    macro_rules! top2 {
-        (|$a:ident, $b:ident| $e:expr) => {{
-            let i = match sp.checked_sub(2) {
-                Some(i) => i,
-                None => fail!(Fault::StackUnderflow),
-            };
-            match st.get_mut(i..sp) {
-                Some([x, y]) => {
-                    let ($a, $b) = (sext25(E::get(*x)), sext25(E::get(*y)));
-                    let r: Value = $e;
-                    *x = E::put(r.0);
-                }
-                _ => fail!(Fault::StackUnderflow),
-            }
-            sp = i + 1;
-        }};
-    }
-    macro_rules! top1 {
-        (|$a:ident| $e:expr) => {{
-            match sp.checked_sub(1).and_then(|i| st.get_mut(i)) {
-                Some(x) => {
-                    let $a = sext25(E::get(*x));
-                    let r: Value = $e;
-                    *x = E::put(r.0);
-                }
-                None => fail!(Fault::StackUnderflow),
-            }
-        }};
-    }
-    macro_rules! binop {
-        (|$a:ident, $b:ident| $e:expr) => {
-            top2!(|$a, $b| Value::int($e))
-        };
-    }
-    macro_rules! cmp {
-        (|$a:ident, $b:ident| $e:expr) => {
-            top2!(|$a, $b| Value::bool($e))
-        };
-    }
-    // Heap word at offset `off` (original heap or second heap).
-    macro_rules! hword {
-        ($off:expr) => {{
-            let off: u32 = $off;
-            let w = if off < h0 {
-                heapw.get(off as usize).map(|b| E::get(*b))
-            } else {
-                scratch.get((off - h0) as usize).copied()
-            };
-            match w {
-                Some(w) => w,
-                None => fail!(Fault::HeapOutOfBounds { offset: off }),
-            }
-        }};
-    }
-    // Header of the object `v` refers to, checking type and extent.
-    macro_rules! object {
-        ($v:expr, $want:expr, $name:literal) => {{
-            let v: Value = $v;
-            let tc = v.tag_code();
-            if !$want.contains(&tc) {
-                fail!(Fault::TypeMismatch { expected: $name, found: tc as u8 })
-            }
-            let off = v.datum();
-            let hw = hword!(off);
-            let (ty, len) = split_header(hw);
-            if ty != tc {
-                fail!(Fault::TypeMismatch { expected: $name, found: ty as u8 })
-            }
-            let pw = payload_words(hw).unwrap_or(0);
-            let end = off as u64 + 1 + pw as u64;
-            let region_end = if off < h0 { h0 as u64 } else { h0 as u64 + scratch.len() as u64 };
-            if end > region_end {
-                fail!(Fault::HeapOutOfBounds { offset: off })
-            }
-            (off, len)
-        }};
-    }
-    macro_rules! blob {
-        () => {
-            object!(pop!(), [Tag::Blob as u32, Tag::Str as u32], "blob or str")
-        };
-    }
-    macro_rules! byte {
-        ($off:expr, $i:expr) => {{
-            let i: u32 = $i;
-            hword!($off + 1 + i / 4).to_be_bytes()[(i % 4) as usize]
-        }};
-    }
-    macro_rules! jump {
-        ($at:expr, $off:expr) => {{
-            let off: i64 = $off;
-            if off < 1 {
-                fail!(Fault::BackwardBranch { offset: off })
-            }
-            let target = $at as i64 + off;
-            if target > code_len as i64 {
-                fail!(Fault::BranchOutOfBounds { target })
-            }
-            pc = target as usize;
-        }};
-    }
-    loop {
-        let at = pc;
-        let Some(wb) = code.get(at) else { break };
-        let w = E::get(*wb);
-        pc += 1;
-        executed += 1;
-        let imm = w & IMM_MASK;
-        let op = (w >> 25) as u8;
-        match op {
-                    opc::Nop => {}
-                    opc::Push => push!(Value(imm)),
-                    opc::PushB => {
-                        if imm > 1 {
-                            fail!(Fault::InvalidImmediate(imm))
-                        }
-                        push!(Value::bool(imm != 0))
-                    }
-                    opc::PushU => push!(Value::UNIT),
-                    opc::Pop => {
-                        pop!();
-                    }
-                    opc::PopI => {
-                        sp = match sp.checked_sub(imm as usize) {
-                            Some(s) => s,
-                            None => fail!(Fault::StackUnderflow),
-                        };
-                    }
-                    opc::Pull => {
-                        let v = match sp.checked_sub(imm as usize + 1).and_then(|i| st.get(i)) {
-                            Some(b) => E::get(*b),
-                            None => fail!(Fault::StackUnderflow),
-                        };
-                        push!(Value(v))
-                    }
-                    opc::Store => {
-                        let v = pop!();
-                        match sp.checked_sub(imm as usize + 1).and_then(|i| st.get_mut(i)) {
-                            Some(b) => *b = E::put(v.0),
-                            None => fail!(Fault::StackUnderflow),
-                        }
-                    }
-                    opc::Slide => {
-                        let v = pop!();
-                        sp = match sp.checked_sub(imm as usize) {
-                            Some(s) => s,
-                            None => fail!(Fault::StackUnderflow),
-                        };
-                        push!(v)
-                    }
-                    opc::Swap => {
-                        let b = pop!();
-                        let a = pop!();
-                        push!(b);
-                        push!(a)
-                    }
-                    opc::Bne => {
-                        if pop!().datum() != 0 {
-                            jump!(at, sext25(imm) as i64)
-                        }
-                    }
-                    opc::Beq => {
-                        if pop!().datum() == 0 {
-                            jump!(at, sext25(imm) as i64)
-                        }
-                    }
-                    opc::Ji => jump!(at, sext25(imm) as i64),
-                    opc::Paj => {
-                        let v = int!() as i64;
-                        jump!(at, v + sext25(imm) as i64)
-                    }
-                    opc::Add => binop!(|a, b| a.wrapping_add(b)),
-                    opc::Sub => binop!(|a, b| a.wrapping_sub(b)),
-                    opc::Mul => binop!(|a, b| a.wrapping_mul(b)),
-                    opc::Neg => top1!(|a| Value::int(a.wrapping_neg())),
-                    opc::Abs => top1!(|a| Value::int(a.wrapping_abs())),
-                    opc::Min => binop!(|a, b| a.min(b)),
-                    opc::Max => binop!(|a, b| a.max(b)),
-                    opc::AddI => top1!(|a| Value::int(a.wrapping_add(sext25(imm)))),
-                    opc::SubI => top1!(|a| Value::int(a.wrapping_sub(sext25(imm)))),
-                    opc::MulI => top1!(|a| Value::int(a.wrapping_mul(sext25(imm)))),
-                    opc::And => binop!(|a, b| a & b),
-                    opc::Or => binop!(|a, b| a | b),
-                    opc::Xor => binop!(|a, b| a ^ b),
-                    opc::Not => top1!(|a| Value::int(!a)),
-                    opc::Shl => binop!(|a, b| a.wrapping_shl(b as u32 & 31)),
-                    opc::Shr => binop!(|a, b| a >> (b as u32 & 31)),
-                    opc::ShrU => binop!(|a, b| (trunc25(a) >> (b as u32 & 31)) as i32),
-                    opc::AndI => top1!(|a| Value::int(a & sext25(imm))),
-                    opc::OrI => top1!(|a| Value::int(a | sext25(imm))),
-                    opc::XorI => top1!(|a| Value::int(a ^ sext25(imm))),
-                    opc::ShlI => top1!(|a| Value::int(a.wrapping_shl(imm & 31))),
-                    opc::ShrI => top1!(|a| Value::int(a >> (imm & 31))),
-                    opc::LNot => {
-                        let a = pop!();
-                        push!(Value::bool(a.datum() == 0))
-                    }
-                    opc::Lt => cmp!(|a, b| a < b),
-                    opc::Le => cmp!(|a, b| a <= b),
-                    opc::Gt => cmp!(|a, b| a > b),
-                    opc::Ge => cmp!(|a, b| a >= b),
-                    opc::EqI => top1!(|a| Value::bool(a == sext25(imm))),
-                    opc::NeqI => top1!(|a| Value::bool(a != sext25(imm))),
-                    opc::LtI => top1!(|a| Value::bool(a < sext25(imm))),
-                    opc::LeI => top1!(|a| Value::bool(a <= sext25(imm))),
-                    opc::GtI => top1!(|a| Value::bool(a > sext25(imm))),
-                    opc::GeI => top1!(|a| Value::bool(a >= sext25(imm))),
-                    opc::BLen => {
-                        let (_, len) = blob!();
-                        push!(Value::int(len as i32))
-                    }
-                    opc::BGet | opc::BGetX => {
-                        let i = if op == opc::BGet { imm as i64 } else { int!() as i64 };
-                        let (off, len) = blob!();
-                        if i < 0 || i >= len as i64 {
-                            fail!(Fault::IndexOutOfBounds { index: i, len })
-                        }
-                        push!(Value::int(byte!(off, i as u32) as i32))
-                    }
-                    opc::BGet16 => {
-                        let (off, len) = blob!();
-                        if imm as u64 + 2 > len as u64 {
-                            fail!(Fault::IndexOutOfBounds { index: imm as i64, len })
-                        }
-                        let v = u16::from_be_bytes([byte!(off, imm), byte!(off, imm + 1)]);
-                        push!(Value::int(v as i32))
-                    }
-            _ => {
-                // Not ours: the caller runs it.
-                pc = at;
-                executed -= 1;
-                break;
-            }
-        }
-        if ONE {
-            break;
-        }
-    }
-    *r = Regs { pc, sp, executed, seg_max };
-    Ok(())
 }
 
 /// The opcodes as `u8` constants, for the interpreter's one-level dispatch.
