@@ -1179,17 +1179,17 @@ impl Vm {
                     jump!(at, v + sext25(imm) as i64)
                 }
                 // ---- environment ----
-                opc::GetSrc => push_addr!(hdr.src),
-                opc::GetDst => push_addr!(hdr.dst),
+                opc::GetSrc => push_addr!(cold_addr(hdr.src)),
+                opc::GetDst => push_addr!(cold_addr(hdr.dst)),
                 opc::GetRb => push!(Value::int(rb as i32)),
-                opc::GetEp => push!(Value::int(hdr.entry as i32)),
-                opc::GetPort => push!(Value::int(hdr.port as i32)),
-                opc::Here => push_addr!(ctx.here()),
+                opc::GetEp => push!(cold_int(hdr.entry as i32)),
+                opc::GetPort => push!(cold_int(hdr.port as i32)),
+                opc::Here => push_addr!(cold_addr(ctx.here())),
                 opc::IsHere => {
                     let a = addr!();
                     push!(Value::bool(ctx.is_here(a)))
                 }
-                opc::GetIfc => push!(Value::int(max_ops as i32)),
+                opc::GetIfc => push!(cold_int(max_ops as i32)),
                 opc::NextHop => {
                     let a = addr!();
                     match ctx.next_hop(a) {
@@ -1204,7 +1204,7 @@ impl Vm {
                         None => push!(Value::UNIT),
                     }
                 }
-                opc::NNbr => push!(Value::int(ctx.neighbors().len().min(1 << 20) as i32)),
+                opc::NNbr => push!(cold_int(ctx.neighbors().len().min(1 << 20) as i32)),
                 opc::Depth => push!(Value::int(sp as i32)),
                 // ---- integer arithmetic ----
                 opc::Add => binop!(|a, b| a.wrapping_add(b)),
@@ -1507,6 +1507,23 @@ macro_rules! op_codes {
     };
 }
 crate::for_each_op!(op_codes);
+
+/// `Value::int` out of line, for the handlers of rarely used environment
+/// queries: their operands do not change during a packet, and inline LLVM
+/// computes them once before the loop, on every packet, whether or not the
+/// program uses them.
+#[cold]
+#[inline(never)]
+fn cold_int(i: i32) -> Value {
+    Value::int(i)
+}
+
+/// The same for the address queries.
+#[cold]
+#[inline(never)]
+fn cold_addr(a: Ipv4Addr) -> Ipv4Addr {
+    a
+}
 
 /// A forward that reuses the arriving buffer (SNAP §VI-D).
 #[derive(Debug, Clone, Copy)]
