@@ -1,5 +1,7 @@
 //! SNAP VM benchmarks (issue 3): cost per packet, fixed cost, cost per
-//! instruction, and a side-by-side comparison with rbpf 0.4's eBPF interpreter.
+//! instruction, and a side-by-side comparison with rbpf 0.4's eBPF interpreter
+//! and (issue 19) with the same programs compiled to WebAssembly and run by
+//! wasmtime, entry included.
 //!
 //! Run: `cargo bench -p anode-snap --bench vm -- --warm-up-time 1 --measurement-time 3`.
 //! Results and their reading are in `docs/benchmarks.md`.
@@ -384,6 +386,190 @@ fn bench_rbpf(c: &mut Criterion) {
     g.finish();
 }
 
+/// The UDP filter in WebAssembly, as a C compiler would emit it for
+/// `frame[12..14] == htons(0x800) && frame[23] == 17 && frame[36..38] == htons(53)`
+/// on the frame at address 0 of linear memory (the same loads and constants
+/// as the eBPF filter); and a function that only returns, for the entry cost.
+const FILTER_WAT: &str = r#"
+(module
+  (memory (export "mem") 1)
+  (func (export "filter") (param $len i32) (result i32)
+    (if (i32.ne (i32.load16_u offset=12 (i32.const 0)) (i32.const 0x0008)) (then (return (i32.const 0))))
+    (if (i32.ne (i32.load8_u offset=23 (i32.const 0)) (i32.const 17)) (then (return (i32.const 0))))
+    (if (i32.ne (i32.load16_u offset=36 (i32.const 0)) (i32.const 0x3500)) (then (return (i32.const 0))))
+    (i32.const 1))
+  (func (export "nop") (param $len i32) (result i32)
+    (i32.const 0)))
+"#;
+
+/// The ALU program in WebAssembly, instruction for instruction like the eBPF
+/// twin on one `i64` accumulator. The start value (1) is the parameter:
+/// with a constant, Cranelift would fold the whole program to its result.
+fn alu_wat(ops: &[Alu]) -> String {
+    let mut s = String::from("(module\n (func (export \"alu\") (param $x i64) (result i64)\n  local.get $x\n");
+    for &op in ops {
+        let line = match op {
+            Alu::AddI(k) | Alu::Add(k) => format!("i64.const {k} i64.add"),
+            Alu::XorI(k) | Alu::Xor(k) => format!("i64.const {k} i64.xor"),
+            Alu::MulI(k) => format!("i64.const {k} i64.mul"),
+            Alu::AndI(k) => format!("i64.const {k} i64.and"),
+            Alu::ShlI(k) => format!("i64.const {k} i64.shl"),
+            Alu::Sub(k) => format!("i64.const {k} i64.sub"),
+        };
+        s.push_str("  ");
+        s.push_str(&line);
+        s.push('\n');
+    }
+    s.push_str(" ))\n");
+    s
+}
+
+/// How a wasmtime engine bounds the CPU of a call.
+#[derive(Clone, Copy)]
+enum Bound {
+    /// `consume_fuel`, the sandbox's default (`CpuBound::Fuel`); fuel set before every call.
+    Fuel,
+    /// `epoch_interruption` (`CpuBound::Epoch`); the deadline set before every call.
+    Epoch,
+    /// Neither: no CPU bound at all (what SNAP's resource bound and rbpf do not allow).
+    None,
+}
+
+impl Bound {
+    fn name(self) -> &'static str {
+        match self {
+            Bound::Fuel => "fuel",
+            Bound::Epoch => "epoch",
+            Bound::None => "unbounded",
+        }
+    }
+}
+
+/// The sandbox's engine settings (crates/sandbox, `Sandbox::new`): 256 KiB
+/// wasm stack, no native unwind info, Cranelift `speed`; calls are synchronous
+/// (`TypedFunc::call`, no async fuel yields).
+fn wasm_engine(bound: Bound) -> wasmtime::Engine {
+    let mut c = wasmtime::Config::new();
+    match bound {
+        Bound::Fuel => {
+            c.consume_fuel(true);
+        }
+        Bound::Epoch => {
+            c.epoch_interruption(true);
+        }
+        Bound::None => {}
+    }
+    c.max_wasm_stack(256 * 1024);
+    c.native_unwind_info(false);
+    wasmtime::Engine::new(&c).expect("engine")
+}
+
+/// One instantiated module in its own store, called per packet as a user would.
+struct Wasm {
+    store: wasmtime::Store<()>,
+    bound: Bound,
+    mem: Option<wasmtime::Memory>,
+}
+
+impl Wasm {
+    fn new(engine: &wasmtime::Engine, wat: &str, bound: Bound) -> (Wasm, wasmtime::Instance) {
+        let module = wasmtime::Module::new(engine, wat::parse_str(wat).expect("WAT parses")).expect("compiles");
+        let mut store = wasmtime::Store::new(engine, ());
+        arm(&mut store, bound);
+        let inst = wasmtime::Instance::new(&mut store, &module, &[]).expect("instantiates");
+        let mem = inst.get_memory(&mut store, "mem");
+        (Wasm { store, bound, mem }, inst)
+    }
+
+    /// Per packet: the CPU bound armed, the frame copied into linear memory.
+    #[inline(always)]
+    fn enter(&mut self, frame: &[u8]) {
+        arm(&mut self.store, self.bound);
+        if let Some(m) = self.mem {
+            m.data_mut(&mut self.store)[..frame.len()].copy_from_slice(frame);
+        }
+    }
+}
+
+/// Arms the per-call CPU bound as the sandbox does (`invoke::arm`).
+#[inline(always)]
+fn arm(store: &mut wasmtime::Store<()>, bound: Bound) {
+    match bound {
+        Bound::Fuel => store.set_fuel(1 << 20).expect("fuel on"),
+        Bound::Epoch => store.set_epoch_deadline(1 << 20),
+        Bound::None => {}
+    }
+}
+
+fn bench_wasm(c: &mut Criterion) {
+    let mut g = c.benchmark_group("vs_wasm");
+    let frame = udp_frame();
+    let mut miss = frame.clone();
+    miss[37] = 54;
+    let ops = alu_ops(200);
+    let alu = alu_wat(&ops);
+    let mut s = alu_packet(200);
+    let want = Value(s.check(End::Exit, 200)).datum() as u64;
+    for bound in [Bound::Fuel, Bound::Epoch, Bound::None] {
+        let engine = wasm_engine(bound);
+        let b = bound.name();
+        // (a) the UDP filter on the frame copied into linear memory.
+        let (mut w, inst) = Wasm::new(&engine, FILTER_WAT, bound);
+        let f = inst.get_typed_func::<i32, i32>(&mut w.store, "filter").expect("filter");
+        let nop = inst.get_typed_func::<i32, i32>(&mut w.store, "nop").expect("nop");
+        for (fr, want) in [(&frame, 1), (&miss, 0), (&frame, 1)] {
+            w.enter(fr);
+            assert_eq!(f.call(&mut w.store, fr.len() as i32).expect("runs"), want, "wasm filter");
+        }
+        g.bench_function(format!("udp_filter/wasm_{b}"), |bn| {
+            bn.iter(|| {
+                w.enter(black_box(&frame));
+                f.call(&mut w.store, frame.len() as i32).expect("runs")
+            })
+        });
+        g.bench_function(format!("entry/wasm_{b}"), |bn| {
+            bn.iter(|| {
+                w.enter(black_box(&frame));
+                nop.call(&mut w.store, frame.len() as i32).expect("runs")
+            })
+        });
+        // (b) the 200-instruction ALU program.
+        let (mut w, inst) = Wasm::new(&engine, &alu, bound);
+        let f = inst.get_typed_func::<i64, i64>(&mut w.store, "alu").expect("alu");
+        w.enter(&[]);
+        let r = f.call(&mut w.store, 1).expect("runs") as u64;
+        assert_eq!(r & 0x1ff_ffff, want, "SNAP and wasm disagree");
+        g.bench_function(format!("alu200/wasm_{b}"), |bn| {
+            bn.iter(|| {
+                w.enter(&[]);
+                f.call(&mut w.store, black_box(1)).expect("runs")
+            })
+        });
+    }
+    // What a packet carrying new code would pay before its first run, once per
+    // module (a user caches the compiled module; SNAP has no such step).
+    let engine = wasm_engine(Bound::Fuel);
+    let bytes = wat::parse_str(FILTER_WAT).expect("WAT parses");
+    g.sample_size(10);
+    g.bench_function("udp_filter/wasm_fuel_compile", |bn| {
+        bn.iter(|| wasmtime::Module::new(&engine, black_box(&bytes)).expect("compiles"))
+    });
+    let module = wasmtime::Module::new(&engine, &bytes).expect("compiles");
+    g.sample_size(100);
+    g.bench_function("udp_filter/wasm_fuel_new_store_instance", |bn| {
+        bn.iter(|| {
+            let mut store = wasmtime::Store::new(&engine, ());
+            arm(&mut store, Bound::Fuel);
+            let inst = wasmtime::Instance::new(&mut store, &module, &[]).expect("instantiates");
+            let f = inst.get_typed_func::<i32, i32>(&mut store, "filter").expect("filter");
+            let m = inst.get_memory(&mut store, "mem").expect("mem");
+            m.data_mut(&mut store)[..frame.len()].copy_from_slice(&frame);
+            f.call(&mut store, frame.len() as i32).expect("runs")
+        })
+    });
+    g.finish();
+}
+
 /// Runs every workload `n` times without criterion (for callgrind).
 fn run_plain(n: u64) {
     let mut cases: Vec<(String, Snap)> =
@@ -420,9 +606,31 @@ fn run_plain(n: u64) {
         }
         println!("rbpf/udp_filter: {n} runs");
     }
+    for bound in [Bound::Fuel, Bound::Epoch, Bound::None] {
+        let b = bound.name();
+        let engine = wasm_engine(bound);
+        if format!("wasm_{b}/udp_filter").contains(only.as_str()) {
+            let (mut w, inst) = Wasm::new(&engine, FILTER_WAT, bound);
+            let f = inst.get_typed_func::<i32, i32>(&mut w.store, "filter").expect("filter");
+            for _ in 0..n {
+                w.enter(black_box(&frame));
+                black_box(f.call(&mut w.store, frame.len() as i32).expect("runs"));
+            }
+            println!("wasm_{b}/udp_filter: {n} runs");
+        }
+        if format!("wasm_{b}/alu200").contains(only.as_str()) {
+            let (mut w, inst) = Wasm::new(&engine, &alu_wat(&alu_ops(200)), bound);
+            let f = inst.get_typed_func::<i64, i64>(&mut w.store, "alu").expect("alu");
+            for _ in 0..n {
+                w.enter(&[]);
+                black_box(f.call(&mut w.store, black_box(1)).expect("runs"));
+            }
+            println!("wasm_{b}/alu200: {n} runs");
+        }
+    }
 }
 
-criterion_group!(benches, bench_ping, bench_fixed, bench_alu, bench_rbpf);
+criterion_group!(benches, bench_ping, bench_fixed, bench_alu, bench_rbpf, bench_wasm);
 
 fn main() {
     if let Some(n) = std::env::var("SNAP_BENCH_ITERS").ok().and_then(|v| v.parse().ok()) {

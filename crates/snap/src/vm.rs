@@ -589,8 +589,9 @@ impl Default for Vm {
     }
 }
 
-/// Result of the interpreter loop.
-type Run = Result<End, (Fault, Option<u16>)>;
+/// Result of the interpreter loop: a normal end is written to the outcome
+/// directly (a small `Ok`), a fault is returned with its instruction index.
+type Run = Result<(), (Fault, Option<u16>)>;
 
 impl Vm {
     /// A VM with the given limits.
@@ -655,14 +656,11 @@ impl Vm {
     }
 
     fn finish(&mut self, r: Run) -> &Outcome {
-        self.out.end = match r {
-            Ok(end) => end,
-            Err((fault, pc)) => {
-                self.out.actions.clear();
-                self.out.arena.clear();
-                End::Fault { fault, pc }
-            }
-        };
+        if let Err((fault, pc)) = r {
+            self.out.actions.clear();
+            self.out.arena.clear();
+            self.out.end = End::Fault { fault, pc };
+        }
         &self.out
     }
 
@@ -1005,7 +1003,8 @@ impl Vm {
                 out.peak_memory = (hdr.len + peak) as u32;
                 out.net_ops = ops;
                 out.rb_left = rb;
-                return Ok($end);
+                out.end = $end;
+                return Ok(());
             }};
         }
 
@@ -1016,20 +1015,23 @@ impl Vm {
             pc += 1;
             executed += 1;
             let imm = w & IMM_MASK;
-            let Some(op) = Op::from_code((w >> 25) as u8) else {
-                fail!(Fault::InvalidOpcode { code: (w >> 25) as u8 })
-            };
+            // One jump table on the 7-bit opcode (not a decode table, then a
+            // second jump table on the decoded `Op`); unassigned codes fault.
+            // The match is no longer checked for exhaustiveness: an opcode
+            // without an arm would fault as invalid, which the instruction
+            // tests catch (`every_opcode_is_exercised` in tests/insns.rs).
+            let op = (w >> 25) as u8;
             match op {
-                Op::Nop => {}
-                Op::Push => push!(Value(imm)),
-                Op::PushB => {
+                opc::Nop => {}
+                opc::Push => push!(Value(imm)),
+                opc::PushB => {
                     if imm > 1 {
                         fail!(Fault::InvalidImmediate(imm))
                     }
                     push!(Value::bool(imm != 0))
                 }
-                Op::PushU => push!(Value::UNIT),
-                Op::PushH => {
+                opc::PushU => push!(Value::UNIT),
+                opc::PushH => {
                     if imm >= h0 {
                         fail!(Fault::HeapOutOfBounds { offset: imm })
                     }
@@ -1039,30 +1041,30 @@ impl Vm {
                     }
                     push!(Value((ty << 25) | imm))
                 }
-                Op::Pop => {
+                opc::Pop => {
                     pop!();
                 }
-                Op::PopI => {
+                opc::PopI => {
                     sp = match sp.checked_sub(imm as usize) {
                         Some(s) => s,
                         None => fail!(Fault::StackUnderflow),
                     };
                 }
-                Op::Pull => {
+                opc::Pull => {
                     let v = match sp.checked_sub(imm as usize + 1).and_then(|i| st.get(i)) {
                         Some(b) => E::get(*b),
                         None => fail!(Fault::StackUnderflow),
                     };
                     push!(Value(v))
                 }
-                Op::Store => {
+                opc::Store => {
                     let v = pop!();
                     match sp.checked_sub(imm as usize + 1).and_then(|i| st.get_mut(i)) {
                         Some(b) => *b = E::put(v.0),
                         None => fail!(Fault::StackUnderflow),
                     }
                 }
-                Op::Slide => {
+                opc::Slide => {
                     let v = pop!();
                     sp = match sp.checked_sub(imm as usize) {
                         Some(s) => s,
@@ -1070,15 +1072,15 @@ impl Vm {
                     };
                     push!(v)
                 }
-                Op::Swap => {
+                opc::Swap => {
                     let b = pop!();
                     let a = pop!();
                     push!(b);
                     push!(a)
                 }
                 // ---- network control ----
-                Op::Forw | Op::ForwTo => {
-                    let (dest, src) = if op == Op::Forw { (hdr.dst, hdr.src) } else { (addr!(), ctx.here()) };
+                opc::Forw | opc::ForwTo => {
+                    let (dest, src) = if op == opc::Forw { (hdr.dst, hdr.src) } else { (addr!(), ctx.here()) };
                     if ctx.is_here(dest) {
                         continue_trace::<E, T>(tr, at, w, head, &hdr, scratch, &st[..sp], rb);
                         continue;
@@ -1111,7 +1113,7 @@ impl Vm {
                     // header changes (SNAP §VI-D).
                     break ForwardInPlace { dest, src, total };
                 }
-                Op::Send => {
+                opc::Send => {
                     let dest = addr!();
                     let r = int!();
                     let s = int!();
@@ -1141,7 +1143,7 @@ impl Vm {
                     out.rb_given += r as u32;
                     push!(Value::UNIT)
                 }
-                Op::Demux => {
+                opc::Demux => {
                     let port = int!();
                     let v = pop!();
                     if !(0..=u16::MAX as i32).contains(&port) {
@@ -1156,100 +1158,100 @@ impl Vm {
                     continue_trace::<E, T>(tr, at, w, head, &hdr, scratch, &st[..sp], rb);
                     finish!(End::Delivered)
                 }
-                Op::Exit => {
+                opc::Exit => {
                     continue_trace::<E, T>(tr, at, w, head, &hdr, scratch, &st[..sp], rb);
                     finish!(End::Exit)
                 }
                 // ---- flow control ----
-                Op::Bne => {
+                opc::Bne => {
                     if pop!().datum() != 0 {
                         jump!(at, sext25(imm) as i64)
                     }
                 }
-                Op::Beq => {
+                opc::Beq => {
                     if pop!().datum() == 0 {
                         jump!(at, sext25(imm) as i64)
                     }
                 }
-                Op::Ji => jump!(at, sext25(imm) as i64),
-                Op::Paj => {
+                opc::Ji => jump!(at, sext25(imm) as i64),
+                opc::Paj => {
                     let v = int!() as i64;
                     jump!(at, v + sext25(imm) as i64)
                 }
                 // ---- environment ----
-                Op::GetSrc => push_addr!(hdr.src),
-                Op::GetDst => push_addr!(hdr.dst),
-                Op::GetRb => push!(Value::int(rb as i32)),
-                Op::GetEp => push!(Value::int(hdr.entry as i32)),
-                Op::GetPort => push!(Value::int(hdr.port as i32)),
-                Op::Here => push_addr!(ctx.here()),
-                Op::IsHere => {
+                opc::GetSrc => push_addr!(cold_addr(hdr.src)),
+                opc::GetDst => push_addr!(cold_addr(hdr.dst)),
+                opc::GetRb => push!(Value::int(rb as i32)),
+                opc::GetEp => push!(cold_int(hdr.entry as i32)),
+                opc::GetPort => push!(cold_int(hdr.port as i32)),
+                opc::Here => push_addr!(cold_addr(ctx.here())),
+                opc::IsHere => {
                     let a = addr!();
                     push!(Value::bool(ctx.is_here(a)))
                 }
-                Op::GetIfc => push!(Value::int(max_ops as i32)),
-                Op::NextHop => {
+                opc::GetIfc => push!(cold_int(max_ops as i32)),
+                opc::NextHop => {
                     let a = addr!();
                     match ctx.next_hop(a) {
                         Some(h) => push_addr!(h),
                         None => push!(Value::UNIT),
                     }
                 }
-                Op::Nbr => {
+                opc::Nbr => {
                     let i = int!();
                     match usize::try_from(i).ok().and_then(|i| ctx.neighbors().get(i)) {
                         Some(&h) => push_addr!(h),
                         None => push!(Value::UNIT),
                     }
                 }
-                Op::NNbr => push!(Value::int(ctx.neighbors().len().min(1 << 20) as i32)),
-                Op::Depth => push!(Value::int(sp as i32)),
+                opc::NNbr => push!(cold_int(ctx.neighbors().len().min(1 << 20) as i32)),
+                opc::Depth => push!(Value::int(sp as i32)),
                 // ---- integer arithmetic ----
-                Op::Add => binop!(|a, b| a.wrapping_add(b)),
-                Op::Sub => binop!(|a, b| a.wrapping_sub(b)),
-                Op::Mul => binop!(|a, b| a.wrapping_mul(b)),
-                Op::Div | Op::Mod => {
+                opc::Add => binop!(|a, b| a.wrapping_add(b)),
+                opc::Sub => binop!(|a, b| a.wrapping_sub(b)),
+                opc::Mul => binop!(|a, b| a.wrapping_mul(b)),
+                opc::Div | opc::Mod => {
                     let b = int!();
                     let a = int!();
                     if b == 0 {
                         fail!(Fault::DivideByZero)
                     }
-                    push!(Value::int(if op == Op::Div { a.wrapping_div(b) } else { a.wrapping_rem(b) }))
+                    push!(Value::int(if op == opc::Div { a.wrapping_div(b) } else { a.wrapping_rem(b) }))
                 }
-                Op::Neg => top1!(|a| Value::int(a.wrapping_neg())),
-                Op::Abs => top1!(|a| Value::int(a.wrapping_abs())),
-                Op::Min => binop!(|a, b| a.min(b)),
-                Op::Max => binop!(|a, b| a.max(b)),
-                Op::AddI => top1!(|a| Value::int(a.wrapping_add(sext25(imm)))),
-                Op::SubI => top1!(|a| Value::int(a.wrapping_sub(sext25(imm)))),
-                Op::MulI => top1!(|a| Value::int(a.wrapping_mul(sext25(imm)))),
-                Op::DivI | Op::ModI => {
+                opc::Neg => top1!(|a| Value::int(a.wrapping_neg())),
+                opc::Abs => top1!(|a| Value::int(a.wrapping_abs())),
+                opc::Min => binop!(|a, b| a.min(b)),
+                opc::Max => binop!(|a, b| a.max(b)),
+                opc::AddI => top1!(|a| Value::int(a.wrapping_add(sext25(imm)))),
+                opc::SubI => top1!(|a| Value::int(a.wrapping_sub(sext25(imm)))),
+                opc::MulI => top1!(|a| Value::int(a.wrapping_mul(sext25(imm)))),
+                opc::DivI | opc::ModI => {
                     let b = sext25(imm);
                     let a = int!();
                     if b == 0 {
                         fail!(Fault::DivideByZero)
                     }
-                    push!(Value::int(if op == Op::DivI { a.wrapping_div(b) } else { a.wrapping_rem(b) }))
+                    push!(Value::int(if op == opc::DivI { a.wrapping_div(b) } else { a.wrapping_rem(b) }))
                 }
                 // ---- bitwise ----
-                Op::And => binop!(|a, b| a & b),
-                Op::Or => binop!(|a, b| a | b),
-                Op::Xor => binop!(|a, b| a ^ b),
-                Op::Not => top1!(|a| Value::int(!a)),
-                Op::Shl => binop!(|a, b| a.wrapping_shl(b as u32 & 31)),
-                Op::Shr => binop!(|a, b| a >> (b as u32 & 31)),
-                Op::ShrU => binop!(|a, b| (trunc25(a) >> (b as u32 & 31)) as i32),
-                Op::AndI => top1!(|a| Value::int(a & sext25(imm))),
-                Op::OrI => top1!(|a| Value::int(a | sext25(imm))),
-                Op::XorI => top1!(|a| Value::int(a ^ sext25(imm))),
-                Op::ShlI => top1!(|a| Value::int(a.wrapping_shl(imm & 31))),
-                Op::ShrI => top1!(|a| Value::int(a >> (imm & 31))),
-                Op::LNot => {
+                opc::And => binop!(|a, b| a & b),
+                opc::Or => binop!(|a, b| a | b),
+                opc::Xor => binop!(|a, b| a ^ b),
+                opc::Not => top1!(|a| Value::int(!a)),
+                opc::Shl => binop!(|a, b| a.wrapping_shl(b as u32 & 31)),
+                opc::Shr => binop!(|a, b| a >> (b as u32 & 31)),
+                opc::ShrU => binop!(|a, b| (trunc25(a) >> (b as u32 & 31)) as i32),
+                opc::AndI => top1!(|a| Value::int(a & sext25(imm))),
+                opc::OrI => top1!(|a| Value::int(a | sext25(imm))),
+                opc::XorI => top1!(|a| Value::int(a ^ sext25(imm))),
+                opc::ShlI => top1!(|a| Value::int(a.wrapping_shl(imm & 31))),
+                opc::ShrI => top1!(|a| Value::int(a >> (imm & 31))),
+                opc::LNot => {
                     let a = pop!();
                     push!(Value::bool(a.datum() == 0))
                 }
                 // ---- relational ----
-                Op::Eq | Op::Neq => {
+                opc::Eq | opc::Neq => {
                     let b = pop!();
                     let a = pop!();
                     let same = if a.tag_code() != b.tag_code() {
@@ -1271,48 +1273,48 @@ impl Vm {
                             _ => false,
                         }
                     };
-                    push!(Value::bool(same == (op == Op::Eq)))
+                    push!(Value::bool(same == (op == opc::Eq)))
                 }
-                Op::Lt => cmp!(|a, b| a < b),
-                Op::Le => cmp!(|a, b| a <= b),
-                Op::Gt => cmp!(|a, b| a > b),
-                Op::Ge => cmp!(|a, b| a >= b),
-                Op::EqI => top1!(|a| Value::bool(a == sext25(imm))),
-                Op::NeqI => top1!(|a| Value::bool(a != sext25(imm))),
-                Op::LtI => top1!(|a| Value::bool(a < sext25(imm))),
-                Op::LeI => top1!(|a| Value::bool(a <= sext25(imm))),
-                Op::GtI => top1!(|a| Value::bool(a > sext25(imm))),
-                Op::GeI => top1!(|a| Value::bool(a >= sext25(imm))),
+                opc::Lt => cmp!(|a, b| a < b),
+                opc::Le => cmp!(|a, b| a <= b),
+                opc::Gt => cmp!(|a, b| a > b),
+                opc::Ge => cmp!(|a, b| a >= b),
+                opc::EqI => top1!(|a| Value::bool(a == sext25(imm))),
+                opc::NeqI => top1!(|a| Value::bool(a != sext25(imm))),
+                opc::LtI => top1!(|a| Value::bool(a < sext25(imm))),
+                opc::LeI => top1!(|a| Value::bool(a <= sext25(imm))),
+                opc::GtI => top1!(|a| Value::bool(a > sext25(imm))),
+                opc::GeI => top1!(|a| Value::bool(a >= sext25(imm))),
                 // ---- floating point ----
-                Op::FAdd => fbin!(|a, b| a + b),
-                Op::FSub => fbin!(|a, b| a - b),
-                Op::FMul => fbin!(|a, b| a * b),
-                Op::FDiv => fbin!(|a, b| a / b),
-                Op::FNeg => {
+                opc::FAdd => fbin!(|a, b| a + b),
+                opc::FSub => fbin!(|a, b| a - b),
+                opc::FMul => fbin!(|a, b| a * b),
+                opc::FDiv => fbin!(|a, b| a / b),
+                opc::FNeg => {
                     let a = float!();
                     push_float!(-a)
                 }
-                Op::FLt => fcmp!(|a, b| a < b),
-                Op::FLe => fcmp!(|a, b| a <= b),
-                Op::FEq => fcmp!(|a, b| a == b),
-                Op::IToF => {
+                opc::FLt => fcmp!(|a, b| a < b),
+                opc::FLe => fcmp!(|a, b| a <= b),
+                opc::FEq => fcmp!(|a, b| a == b),
+                opc::IToF => {
                     let a = int!();
                     push_float!(a as f32)
                 }
-                Op::FToI => {
+                opc::FToI => {
                     let a = float!();
                     let i = if a.is_nan() { 0 } else { (a as i64).clamp(IMM_MIN64, IMM_MAX64) as i32 };
                     push!(Value::int(i))
                 }
                 // ---- addresses ----
-                Op::AMask => {
+                opc::AMask => {
                     if imm > 32 {
                         fail!(Fault::InvalidImmediate(imm))
                     }
                     let a = addr!();
                     push_addr!(Ipv4Addr::from(u32::from(a) & prefix_mask(imm)))
                 }
-                Op::AMatch => {
+                opc::AMatch => {
                     if imm > 32 {
                         fail!(Fault::InvalidImmediate(imm))
                     }
@@ -1320,14 +1322,14 @@ impl Vm {
                     let a = addr!();
                     push!(Value::bool((u32::from(a) ^ u32::from(b)) & prefix_mask(imm) == 0))
                 }
-                Op::AOctet => {
+                opc::AOctet => {
                     if imm > 3 {
                         fail!(Fault::InvalidImmediate(imm))
                     }
                     let a = addr!();
                     push!(Value::int(a.octets()[imm as usize] as i32))
                 }
-                Op::MkAddr => {
+                opc::MkAddr => {
                     let d = int!();
                     let c = int!();
                     let b = int!();
@@ -1335,7 +1337,7 @@ impl Vm {
                     push_addr!(Ipv4Addr::new(a as u8, b as u8, c as u8, d as u8))
                 }
                 // ---- tuples and types ----
-                Op::MkTup => {
+                opc::MkTup => {
                     let n = imm as usize;
                     // SNAP §IV-A.2: mktup n must be followed by n-1 non-mktup instructions.
                     if at < fence {
@@ -1364,40 +1366,40 @@ impl Vm {
                     scratch.extend(st.get(base..top).unwrap_or_default().iter().map(|b| E::get(*b)));
                     push!(Value::heap(Tag::Tuple, off))
                 }
-                Op::Nth | Op::NthX => {
-                    let i = if op == Op::Nth { imm as i64 } else { int!() as i64 };
+                opc::Nth | opc::NthX => {
+                    let i = if op == opc::Nth { imm as i64 } else { int!() as i64 };
                     let (off, len) = object!(pop!(), [Tag::Tuple as u32], "tuple");
                     if i < 0 || i >= len as i64 {
                         fail!(Fault::IndexOutOfBounds { index: i, len })
                     }
                     push!(Value(hword!(off + 1 + i as u32)))
                 }
-                Op::TLen => {
+                opc::TLen => {
                     let (_, len) = object!(pop!(), [Tag::Tuple as u32], "tuple");
                     push!(Value::int(len as i32))
                 }
-                Op::IsTag => {
+                opc::IsTag => {
                     let v = pop!();
                     push!(Value::bool(v.tag_code() == imm))
                 }
-                Op::TagOf => {
+                opc::TagOf => {
                     let v = pop!();
                     push!(Value::int(v.tag_code() as i32))
                 }
                 // ---- byte arrays ----
-                Op::BLen => {
+                opc::BLen => {
                     let (_, len) = blob!();
                     push!(Value::int(len as i32))
                 }
-                Op::BGet | Op::BGetX => {
-                    let i = if op == Op::BGet { imm as i64 } else { int!() as i64 };
+                opc::BGet | opc::BGetX => {
+                    let i = if op == opc::BGet { imm as i64 } else { int!() as i64 };
                     let (off, len) = blob!();
                     if i < 0 || i >= len as i64 {
                         fail!(Fault::IndexOutOfBounds { index: i, len })
                     }
                     push!(Value::int(byte!(off, i as u32) as i32))
                 }
-                Op::BGet16 => {
+                opc::BGet16 => {
                     let (off, len) = blob!();
                     if imm as u64 + 2 > len as u64 {
                         fail!(Fault::IndexOutOfBounds { index: imm as i64, len })
@@ -1405,7 +1407,7 @@ impl Vm {
                     let v = u16::from_be_bytes([byte!(off, imm), byte!(off, imm + 1)]);
                     push!(Value::int(v as i32))
                 }
-                Op::BGetA => {
+                opc::BGetA => {
                     let (off, len) = blob!();
                     if imm as u64 + 4 > len as u64 {
                         fail!(Fault::IndexOutOfBounds { index: imm as i64, len })
@@ -1414,7 +1416,7 @@ impl Vm {
                     push_addr!(Ipv4Addr::from(a))
                 }
                 // ---- services ----
-                Op::Calls => {
+                opc::Calls => {
                     if imm >= h0 {
                         fail!(Fault::HeapOutOfBounds { offset: imm })
                     }
@@ -1474,6 +1476,7 @@ impl Vm {
                         Err(e) => fail!(Fault::ServiceFailed(e)),
                     }
                 }
+                _ => fail!(Fault::InvalidOpcode { code: op }),
             }
             continue_trace::<E, T>(tr, at, w, head, &hdr, scratch, &st[..sp], rb);
         };
@@ -1490,6 +1493,36 @@ impl Vm {
         });
         finish!(End::Forwarded)
     }
+}
+
+/// The opcodes as `u8` constants, for the interpreter's one-level dispatch.
+macro_rules! op_codes {
+    ($($name:ident $mn:literal $code:literal $imm:ident $class:ident $cost:ident $eff:literal $fails:literal $doc:literal;)*) => {
+        #[allow(non_upper_case_globals)]
+        mod opc {
+            $(pub(super) const $name: u8 = $code;)*
+        }
+        // Each constant is its `Op`'s code.
+        const _: () = { $(assert!(opc::$name == crate::ops::Op::$name as u8);)* };
+    };
+}
+crate::for_each_op!(op_codes);
+
+/// `Value::int` out of line, for the handlers of rarely used environment
+/// queries: their operands do not change during a packet, and inline LLVM
+/// computes them once before the loop, on every packet, whether or not the
+/// program uses them.
+#[cold]
+#[inline(never)]
+fn cold_int(i: i32) -> Value {
+    Value::int(i)
+}
+
+/// The same for the address queries.
+#[cold]
+#[inline(never)]
+fn cold_addr(a: Ipv4Addr) -> Ipv4Addr {
+    a
 }
 
 /// A forward that reuses the arriving buffer (SNAP §VI-D).
