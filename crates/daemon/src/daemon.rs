@@ -725,20 +725,7 @@ impl Daemon {
             // input runs between dispatches), then dispatch again.
             let mut n = 0;
             if let (false, Some(until)) = (more, spin_until) {
-                self.offload.counters.spins += 1;
-                loop {
-                    n = wait_events(&self.epoll, &mut events, EpollTimeout::ZERO)?;
-                    if n > 0 {
-                        self.offload.counters.spin_hits += 1;
-                        break;
-                    }
-                    if Instant::now() >= until {
-                        break;
-                    }
-                    // Give the CPU to anything runnable (another node, the
-                    // sender): polling must not take it from the work it waits for.
-                    std::thread::yield_now();
-                }
+                n = crate::offload::spin_wait(&self.epoll, &mut events, until, &mut self.offload.counters);
             }
             if n == 0 {
                 let wait = if more { EpollTimeout::ZERO } else { EpollTimeout::NONE };

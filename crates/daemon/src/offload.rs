@@ -23,12 +23,14 @@ use crate::droplog::DropLog;
 use crate::udp::TxTally;
 use anode_node::config::IoConfig;
 use nix::errno::Errno;
+use nix::sys::epoll::{Epoll, EpollEvent, EpollTimeout};
 use nix::sys::socket::{
     ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage, getsockopt, sendmmsg, setsockopt, sockopt,
 };
 use std::io::IoSlice;
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
+use std::time::Instant;
 use tracing::{info, warn};
 
 /// Most datagrams in one GSO send. Linux takes 64 (`UDP_MAX_SEGMENTS`
@@ -208,6 +210,26 @@ impl Offload {
                 }
             }
         }
+    }
+}
+
+/// Adaptive polling: polls `epoll` without sleeping until something is
+/// ready or `until`, yielding the CPU between polls (to anything runnable:
+/// another node, the sender; polling must not take the CPU from the work
+/// it waits for). Returns how many events it found (0: time ran out, or an
+/// error, which the sleeping wait then meets).
+pub(crate) fn spin_wait(epoll: &Epoll, events: &mut [EpollEvent], until: Instant, c: &mut IoCounters) -> usize {
+    c.spins += 1;
+    loop {
+        let n = epoll.wait(events, EpollTimeout::ZERO).unwrap_or(0);
+        if n > 0 {
+            c.spin_hits += 1;
+            return n;
+        }
+        if Instant::now() >= until {
+            return 0;
+        }
+        std::thread::yield_now();
     }
 }
 

@@ -233,20 +233,7 @@ pub(crate) fn run_worker(w: WorkerSetup, node: Arc<Mutex<Node>>, shared: Arc<Sha
     while !shared.stop.load(Ordering::Relaxed) {
         let mut n = 0;
         if let Some(until) = spin_until {
-            st.off.counters.spins += 1;
-            loop {
-                n = epoll.wait(&mut events, EpollTimeout::ZERO).unwrap_or(0);
-                if n > 0 {
-                    st.off.counters.spin_hits += 1;
-                    break;
-                }
-                if Instant::now() >= until {
-                    break;
-                }
-                // Give the CPU to anything runnable: polling must not take
-                // it from the work it waits for.
-                std::thread::yield_now();
-            }
+            n = crate::offload::spin_wait(&epoll, &mut events, until, &mut st.off.counters);
         }
         if n == 0 {
             n = match epoll.wait(&mut events, EpollTimeout::NONE) {
