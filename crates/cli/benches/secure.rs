@@ -17,9 +17,10 @@
 //!    datagrams as one UDP GSO run, as an anode neighbour does, and `c`
 //!    receives with GRO, as an anode neighbour does; through `b` with the
 //!    default `[io]` (GSO, GRO, 50 µs spin), `b` with `[io]` off (plain
-//!    `recvmmsg`/`sendmmsg`, no spin), and a bare relay process
+//!    `recvmmsg`/`sendmmsg`, no spin), a bare relay process
 //!    (`recvmmsg` → `sendmmsg`, 32 at a time, no anode code, no crypto)
-//!    carrying datagrams of the same length. Trials alternate; the
+//!    carrying datagrams of the same length, `b` with two workers, and `b`
+//!    with `SO_BUSY_POLL` at 50 µs. Trials alternate; the
 //!    forwarder's CPU time per packet comes from its `/proc/<pid>/stat`
 //!    (user + system, all its threads).
 //!
@@ -599,9 +600,12 @@ fn datapath(dir: &Path, reps: usize, window: Duration, report: &mut String) {
     let on = Rig::start(dir, Some(Mode::Encrypt), t0, "io-on", "", true);
     let off = Rig::start(dir, Some(Mode::Encrypt), t0, "io-off", "gso = false\ngro = false\nspin_us = 0", true);
     let w2 = Rig::start(dir, Some(Mode::Encrypt), t0, "io-on-2-workers", "workers = 2", true);
-    let mut rigs = vec![on, off, Rig::relay(), w2];
+    // SO_BUSY_POLL as an option (raising it needs CAP_NET_ADMIN; the node
+    // says so in its log when refused).
+    let bp = Rig::start(dir, Some(Mode::Encrypt), t0, "io-on-busy-poll-50", "busy_poll_us = 50", true);
+    let mut rigs = vec![on, off, Rig::relay(), w2, bp];
     // The relay carries plain datagrams as long as the sealed ones.
-    let pads = [0, 0, 8 + OVERHEAD, 0];
+    let pads = [0, 0, 8 + OVERHEAD, 0, 0];
     let mut res = vec![vec![(Vec::new(), Vec::new(), Vec::new()); SIZES.len()]; rigs.len()];
     for rep in 0..reps {
         for (si, size) in SIZES.iter().enumerate() {
