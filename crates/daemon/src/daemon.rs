@@ -367,7 +367,11 @@ impl Daemon {
             shards.pop().unwrap_or_default()
         };
         let offload = crate::offload::Offload::setup(&udp, &names, &cfg.io);
-        let blen0 = recv_buffer_len(cfg.mtu).max(MAX_DATAGRAM);
+        // Room for the largest UDP datagram: a control message (a module
+        // load) is not bound by the MTU, and a shorter buffer truncates it
+        // (it was dropped as `anep_bad_length` above ~2.8 KB). Pages never
+        // written stay unmapped.
+        let blen = recv_buffer_len(cfg.mtu).max(MAX_DATAGRAM);
         let pending_workers: Vec<crate::workers::WorkerSetup> = shards
             .into_iter()
             .enumerate()
@@ -377,7 +381,7 @@ impl Daemon {
                 names: names.clone(),
                 io: cfg.io.clone(),
                 link_mtu: cfg.link_mtu,
-                blen: blen0,
+                blen,
                 started,
             })
             .collect();
@@ -413,11 +417,6 @@ impl Daemon {
             interest(m, &epoll, EpollFlags::EPOLLIN, TOKEN_METRICS)?;
         }
 
-        // Room for the largest UDP datagram: a control message (a module
-        // load) is not bound by the MTU, and a shorter buffer truncates it
-        // (it was dropped as `anep_bad_length` above ~2.8 KB). Pages never
-        // written stay unmapped.
-        let blen = recv_buffer_len(cfg.mtu).max(MAX_DATAGRAM);
         let mut d = Daemon {
             rx: Rx::new(blen),
             tx_hdrs: MultiHeaders::preallocate(BATCH, None),

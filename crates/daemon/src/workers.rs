@@ -42,7 +42,6 @@
 use crate::BATCH;
 use crate::droplog::DropLog;
 use crate::frag::Frag;
-use crate::mmsg::{Received, RecvMmsg};
 use crate::offload::{IoCounters, Offload};
 use crate::udp::{Rx, Tx, TxTally, charge_batch, run_core, send_transmits};
 use anode_node::config::IoConfig;
@@ -167,6 +166,15 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Takes the node's lock for a worker, counted in `waiting` while it
+    /// waits (a slack dispatch of the event loop yields to it).
+    fn lock_node<'a>(&self, node: &'a Mutex<Node>) -> parking_lot::MutexGuard<'a, Node> {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        let g = node.lock();
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
+        g
+    }
+
     pub(crate) fn new(workers: usize) -> Result<Shared, Errno> {
         use nix::sys::eventfd::EfdFlags;
         let flags = EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC;
@@ -288,7 +296,7 @@ impl Worker {
     fn ready(&mut self, iface: usize, node: &Mutex<Node>, shared: &Shared) {
         let Some(sock) = self.w.socks.get(iface) else { return };
         let Rx { mmsg, raw, got, .. } = &mut self.rx;
-        let n = match recv(mmsg, sock, raw, got) {
+        let n = match mmsg.recv(sock.as_fd(), raw, got) {
             Ok(n) => n,
             Err(Errno::EAGAIN | Errno::EINTR) => return,
             Err(e) => {
@@ -303,9 +311,7 @@ impl Worker {
             let cpu0 = if self.rcane { crate::daemon::thread_cpu_ns() } else { 0 };
             let mut posted;
             {
-                shared.waiting.fetch_add(1, Ordering::Relaxed);
-                let mut g = node.lock();
-                shared.waiting.fetch_sub(1, Ordering::Relaxed);
+                let mut g = shared.lock_node(node);
                 posted = g.jobs_posted();
                 run_core(&mut g, &mut self.frag, &mut self.rx, iface, k, now_ms, self.rcane);
                 posted = g.jobs_posted().wrapping_sub(posted);
@@ -325,9 +331,7 @@ impl Worker {
             // dispatches them.
             let mut kick = posted > 0 || outs.iter().any(needs_loop);
             {
-                shared.waiting.fetch_add(1, Ordering::Relaxed);
-                let mut g = node.lock();
-                shared.waiting.fetch_sub(1, Ordering::Relaxed);
+                let mut g = shared.lock_node(node);
                 self.tally.apply(&mut g);
                 queue_deliveries(&mut g, shared, outs, bufs);
                 if self.rcane {
@@ -373,13 +377,4 @@ fn queue_deliveries(node: &mut Node, shared: &Shared, outs: &[Outbox], bufs: &[V
             q.push_back(Delivered { port: d.port, bytes: o.bytes(&d.data, buf).to_vec() });
         }
     }
-}
-
-fn recv(
-    mmsg: &mut RecvMmsg,
-    sock: &UdpSocket,
-    raw: &mut [Vec<u8>; BATCH],
-    got: &mut [Received; BATCH],
-) -> Result<usize, Errno> {
-    mmsg.recv(sock.as_fd(), raw, got)
 }
