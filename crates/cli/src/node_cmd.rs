@@ -114,19 +114,14 @@ pub fn run(a: NodeArgs) -> Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    if let Some(w) = a.workers {
-        if w > anode_node::config::MAX_WORKERS {
-            tracing::error!("--workers {w}: at most {} (0: one per CPU)", anode_node::config::MAX_WORKERS);
+    // The command line's `[io]` overrides, checked by the config's own rules.
+    if a.workers.is_some() || a.spin_us.is_some() {
+        cfg.config.io.workers = a.workers.unwrap_or(cfg.config.io.workers);
+        cfg.config.io.spin_us = a.spin_us.unwrap_or(cfg.config.io.spin_us);
+        if let Err(e) = cfg.config.validate() {
+            tracing::error!("--workers/--spin-us: {e}");
             return Ok(ExitCode::from(2));
         }
-        cfg.config.io.workers = w;
-    }
-    if let Some(us) = a.spin_us {
-        if us > anode_node::config::MAX_SPIN_US {
-            tracing::error!("--spin-us {us}: at most {}", anode_node::config::MAX_SPIN_US);
-            return Ok(ExitCode::from(2));
-        }
-        cfg.config.io.spin_us = us;
     }
     if a.check {
         let c = &cfg.config;
