@@ -1418,6 +1418,20 @@ mod tests {
     }
 
     #[test]
+    fn the_io_section_has_safe_defaults_and_each_bound_is_checked() {
+        let c = NodeConfig::from_toml(NODE).expect("valid");
+        assert_eq!(c.io, IoConfig { gso: true, gro: true, spin_us: 50, busy_poll_us: 0, workers: 1 });
+        let e = |io: &str| NodeConfig::from_toml(&format!("{NODE}\n[io]\n{io}\n")).expect_err("invalid").to_string();
+        assert!(e("spin_us = 10001").contains("spin_us 10001"));
+        assert!(e("busy_poll_us = 1000001").contains("busy_poll_us 1000001"));
+        assert!(e("workers = 65").contains("workers 65"));
+        assert!(e("gso = 1").contains("invalid type"));
+        assert!(e("polling = true").contains("unknown field"));
+        let ok = NodeConfig::from_toml(&format!("{NODE}\n[io]\nworkers = 0\nspin_us = 10000\ngso = false\n"));
+        assert_eq!(ok.map(|c| (c.io.workers, c.io.spin_us, c.io.gso)), Ok((0, 10_000, false)));
+    }
+
+    #[test]
     fn static_sessions_parse_and_each_mistake_is_named() {
         let key = anode_sec::Identity::from_seed(&[3; 32]).public().to_string();
         let with = |principal: &str, vp: &str| {
