@@ -209,6 +209,17 @@ f.tag = ProtoField.bytes("anode.sec.tag", "AES-GCM tag")
 f.handshake = ProtoField.bytes("anode.sec.handshake", "Noise handshake message")
 
 local e_malformed = ProtoExpert.new("anode.malformed", "Malformed anode datagram", expert.group.MALFORMED, expert.severity.ERROR)
+
+-- The subtree of one format, or nil (its reason shown as malformed) when
+-- the bytes are shorter than `min`.
+local function opened(tree, tvb, title, min, why)
+    local t = tree:add(anode, tvb(), title)
+    if tvb:len() < min then
+        t:add_proto_expert_info(e_malformed, why)
+        return nil
+    end
+    return t
+end
 anode.experts = { e_malformed }
 
 anode.prefs.port = Pref.uint("UDP port", 0, "Also decode this UDP port as anode (0: heuristics only)")
@@ -313,11 +324,8 @@ local function dissect_heap(tvb, tree, base_off, words, le)
 end
 
 local function dissect_snap(tvb, pinfo, tree)
-    local t = tree:add(anode, tvb(), "SNAP packet")
-    if tvb:len() < 24 then
-        t:add_proto_expert_info(e_malformed, "SNAP packet shorter than its 24-byte header")
-        return
-    end
+    local t = opened(tree, tvb, "SNAP packet", 24, "SNAP packet shorter than its 24-byte header")
+    if not t then return end
     t:add(f.snap_version, tvb(0, 1))
     local flags = tvb(1, 1):uint()
     local le = (flags % 2) == 1
@@ -372,11 +380,8 @@ local function dissect_snap(tvb, pinfo, tree)
 end
 
 local function dissect_plain(tvb, pinfo, tree)
-    local t = tree:add(anode, tvb(), "Plain packet")
-    if tvb:len() < 12 then
-        t:add_proto_expert_info(e_malformed, "plain packet shorter than its 12-byte header")
-        return
-    end
+    local t = opened(tree, tvb, "Plain packet", 12, "plain packet shorter than its 12-byte header")
+    if not t then return end
     t:add(f.plain_dst, tvb(0, 4))
     t:add(f.plain_src, tvb(4, 4))
     t:add(f.plain_ttl, tvb(8, 1))
@@ -387,12 +392,9 @@ local function dissect_plain(tvb, pinfo, tree)
 end
 
 local function dissect_capsule(tvb, pinfo, tree)
-    local t = tree:add(anode, tvb(), "Capsule message")
+    local t = opened(tree, tvb, "Capsule message", 2, "capsule message shorter than 2 bytes")
+    if not t then return end
     local n = tvb:len()
-    if n < 2 then
-        t:add_proto_expert_info(e_malformed, "capsule message shorter than 2 bytes")
-        return
-    end
     t:add(f.cap_version, tvb(0, 1))
     t:add(f.cap_kind, tvb(1, 1))
     local kind = tvb(1, 1):uint()
@@ -433,12 +435,9 @@ local function dissect_capsule(tvb, pinfo, tree)
 end
 
 local function dissect_control(tvb, pinfo, tree)
-    local t = tree:add(anode, tvb(), "Control message")
+    local t = opened(tree, tvb, "Control message", 1, "empty control message")
+    if not t then return end
     local n = tvb:len()
-    if n < 1 then
-        t:add_proto_expert_info(e_malformed, "empty control message")
-        return
-    end
     t:add(f.ctl_op, tvb(0, 1))
     local op = tvb(0, 1):uint()
     pinfo.cols.info:append(" " .. (CONTROL_OPS[op] or string.format("op 0x%02x", op)))
@@ -472,12 +471,9 @@ end
 local dissect_anep
 
 local function dissect_protected(tvb, pinfo, tree, esp)
-    local t = tree:add(anode, tvb(), esp and "ESP (encrypted)" or "AUTH (authenticated)")
+    local t = opened(tree, tvb, esp and "ESP (encrypted)" or "AUTH (authenticated)", 28, "shorter than SPI, counter and tag")
+    if not t then return end
     local n = tvb:len()
-    if n < 28 then
-        t:add_proto_expert_info(e_malformed, "shorter than SPI, counter and tag")
-        return
-    end
     t:add(f.spi, tvb(0, 4))
     t:add(f.counter, tvb(4, 8))
     if n == 28 then
@@ -492,12 +488,9 @@ local function dissect_protected(tvb, pinfo, tree, esp)
 end
 
 dissect_anep = function(tvb, pinfo, tree)
+    local t = opened(tree, tvb, "ANEP", 8, "shorter than the 8-byte ANEP header")
+    if not t then return end
     local n = tvb:len()
-    local t = tree:add(anode, tvb(), "ANEP")
-    if n < 8 then
-        t:add_proto_expert_info(e_malformed, "shorter than the 8-byte ANEP header")
-        return
-    end
     t:add(f.version, tvb(0, 1))
     local ft = t:add(f.flags, tvb(1, 1))
     ft:add(f.discard, tvb(1, 1))
