@@ -824,14 +824,13 @@ impl Daemon {
 
     /// The earliest deadline of anything scheduled.
     fn next_deadline(&self) -> Option<Instant> {
-        let node = self.node.poll_at().map(|ms| self.started + Duration::from_millis(ms));
-        let sched = self.node.sched_poll_at().map(|ns| self.started + Duration::from_nanos(ns));
+        let node = self.node.next_due_ns().map(|ns| self.started + Duration::from_nanos(ns));
         let conns = self.control_conns.iter().chain(&self.metrics_conns).flatten().map(|c| c.deadline).min();
         let stalled = self.clients.next_stall_deadline();
         let drops = self.droplog.next_due(&self.node.counters);
         let report = ratelog::pending().then_some(self.last_report + DROP_LOG_INTERVAL);
         let ledger = self.ledger.as_ref().filter(|_| self.charged).map(|(_, at)| *at + crate::ledger::FLUSH_INTERVAL);
-        [node, sched, conns, stalled, drops, report, ledger].into_iter().flatten().min()
+        [node, conns, stalled, drops, report, ledger].into_iter().flatten().min()
     }
 
     /// Arms the timer for the next deadline (one system call, and only when

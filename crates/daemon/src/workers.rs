@@ -341,9 +341,7 @@ impl Worker {
                     // wakes it, so that it schedules the ledger's flush.
                     kick |= !shared.charged.swap(true, Ordering::Relaxed);
                 }
-                let due =
-                    [g.poll_at().map(|ms| ms.saturating_mul(1_000_000)), g.sched_poll_at()].into_iter().flatten().min();
-                kick |= due.is_some_and(|d| d < shared.armed_ns.load(Ordering::Relaxed));
+                kick |= g.next_due_ns().is_some_and(|d| d < shared.armed_ns.load(Ordering::Relaxed));
                 // A running capture is drained by the event loop.
                 kick |= g.capture_on();
             }

@@ -384,6 +384,13 @@ impl Node {
         self.sched.as_ref()?.rcane.poll_at()
     }
 
+    /// The earliest of [`poll_at`](Self::poll_at) (in ns) and
+    /// [`sched_poll_at`](Self::sched_poll_at): when the caller must next
+    /// wake for the core, monotonic ns.
+    pub fn next_due_ns(&self) -> Option<u64> {
+        [self.poll_at().map(|ms| ms.saturating_mul(1_000_000)), self.sched_poll_at()].into_iter().flatten().min()
+    }
+
     /// Runs the dispatched VP's work, its suspended task first, then jobs
     /// from its pools, until `keep_going` says stop (the daemon's budget
     /// check, asked at every preemption point and between jobs) or no work
