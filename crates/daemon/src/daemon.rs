@@ -740,7 +740,7 @@ impl Daemon {
             spin_until = (!spin.is_zero() && events[..n].iter().any(|e| e.data() < udp)).then(|| Instant::now() + spin);
             for ev in &events[..n] {
                 match ev.data() {
-                    t if t < self.udp.len() as u64 => self.udp_ready(t as usize),
+                    t if t < udp => self.udp_ready(t as usize),
                     TOKEN_APP => self.accept_app(),
                     TOKEN_CONTROL => self.accept_conns(Listener::Control),
                     TOKEN_METRICS => self.accept_conns(Listener::Metrics),
