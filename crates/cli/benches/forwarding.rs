@@ -337,9 +337,10 @@ impl Drop for Daemon {
     }
 }
 
-/// Free UDP ports on 127.0.0.1 (bound together so they differ, then let go).
+/// Free UDP ports on 127.0.0.1, below the ephemeral range (bound together so
+/// they differ, then let go).
 fn free_ports(n: usize) -> Vec<u16> {
-    let socks: Vec<UdpSocket> = (0..n).map(|_| UdpSocket::bind("127.0.0.1:0").expect("udp")).collect();
+    let socks = anode_daemon::ports::reserve_loopback(n).expect("free loopback ports");
     socks.iter().map(|s| s.local_addr().expect("addr").port()).collect()
 }
 

@@ -613,28 +613,29 @@ fn delete_namespaces(namespaces: &[String]) -> Vec<String> {
     errors
 }
 
-/// Ports for `n` interfaces: from `base`, checked free, or picked by the
-/// kernel. The sockets are held until the caller drops them.
+/// Ports for `n` interfaces: from `base`, checked free, or picked below the
+/// kernel's ephemeral range (`anode_daemon::ports`). The sockets are held
+/// until the caller drops them.
 fn reserve_ports(n: usize, base: Option<u16>) -> Result<(Vec<u16>, Vec<UdpSocket>)> {
+    let Some(b) = base else {
+        let held = anode_daemon::ports::reserve_loopback(n).context("reserving loopback UDP ports")?;
+        let ports = held.iter().map(|s| s.local_addr().map(|a| a.port())).collect::<std::io::Result<Vec<u16>>>()?;
+        return Ok((ports, held));
+    };
     let mut ports = Vec::with_capacity(n);
     let mut held = Vec::with_capacity(n);
     for k in 0..n {
-        let port = match base {
-            Some(b) => {
-                let p = usize::from(b) + k;
-                u16::try_from(p)
-                    .ok()
-                    .filter(|p| *p != 0)
-                    .ok_or_else(|| anyhow!("--base-port {b} leaves no room for {n} ports (the last would be {p})"))?
-            }
-            None => 0,
-        };
+        let p = usize::from(b) + k;
+        let port = u16::try_from(p)
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| anyhow!("--base-port {b} leaves no room for {n} ports (the last would be {p})"))?;
         let s = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)).with_context(|| {
             format!(
                 "UDP port {port} on 127.0.0.1 is not free (choose another --base-port, or omit it to pick free ports)"
             )
         })?;
-        ports.push(s.local_addr()?.port());
+        ports.push(port);
         held.push(s);
     }
     Ok((ports, held))

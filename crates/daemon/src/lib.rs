@@ -51,6 +51,7 @@ mod ledger;
 mod mmsg;
 mod offload;
 mod periodlog;
+pub mod ports;
 pub mod ratelog;
 mod tap;
 mod udp;

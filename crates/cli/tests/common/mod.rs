@@ -3,16 +3,17 @@
 
 use anode_daemon::client::Client;
 use std::io::{BufRead, BufReader};
-use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-/// `n` distinct free UDP ports on 127.0.0.1: bound together so they differ,
-/// then released for the daemons to take.
+/// `n` distinct free UDP ports on 127.0.0.1, below the kernel's ephemeral
+/// range so no other test's socket takes one before the daemon binds it
+/// (`anode_daemon::ports`): bound together so they differ, then released for
+/// the daemons to take.
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let socks: Vec<UdpSocket> = (0..n).map(|_| UdpSocket::bind("127.0.0.1:0").expect("bind")).collect();
+    let socks = anode_daemon::ports::reserve_loopback(n).expect("free loopback ports");
     socks.iter().map(|s| s.local_addr().expect("addr").port()).collect()
 }
 
