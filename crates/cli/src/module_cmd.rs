@@ -4,7 +4,7 @@
 //! authenticated (encrypted) control message; the node decides once, at
 //! load, and answers over the same SA.
 
-use anode_wire::control::{LoadReply, LoadRequest, Message, PodLoadRequest};
+use anode_wire::control::{FaultPolicy, LoadReply, LoadRequest, Message, PodLoadRequest};
 use anyhow::{Context, Result, anyhow, bail};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,9 +30,15 @@ pub enum ModuleCmd {
         /// bind to it.
         #[arg(long, value_name = "NAME", conflicts_with = "name")]
         pod: Option<String>,
-        /// With --pod: retire the pod when it traps or is cut off (default:
-        /// reset it to its initial state).
-        #[arg(long, requires = "pod")]
+        /// With --pod: what restores the pod when it traps or is cut off:
+        /// `reset` (instantiate it again; bindings are dropped), `retire`
+        /// (unload it), or `rollback` (put back its memory and globals from
+        /// before the call, then its `pod_check`; bindings stay; the pod must
+        /// export every mutable global). docs/pods.md "Faults".
+        #[arg(long, value_name = "POLICY", requires = "pod", default_value = "reset", value_parser = ["reset", "retire", "rollback"])]
+        on_fault: String,
+        /// With --pod: the same as `--on-fault retire`.
+        #[arg(long, requires = "pod", conflicts_with = "on_fault")]
         retire: bool,
         /// With --pod: fuel a caller must have left for a call to enter it.
         #[arg(long, value_name = "FUEL", requires = "pod", default_value_t = 0)]
@@ -71,8 +77,13 @@ fn control(run_dir: &std::path::Path, req: &str) -> Result<String> {
 /// Runs `anode module`.
 pub fn run(c: ModuleCmd) -> Result<ExitCode> {
     let (file, credential, name, pod, target) = match c {
-        ModuleCmd::Load { file, credential, name, pod, retire, min_fuel, target } => {
-            (file, credential, name, pod.map(|p| (p, retire, min_fuel)), target)
+        ModuleCmd::Load { file, credential, name, pod, on_fault, retire, min_fuel, target } => {
+            let on_fault = match if retire { "retire" } else { on_fault.as_str() } {
+                "retire" => FaultPolicy::Retire,
+                "rollback" => FaultPolicy::Rollback,
+                _ => FaultPolicy::Reset,
+            };
+            (file, credential, name, pod.map(|p| (p, on_fault, min_fuel)), target)
         }
         ModuleCmd::List { run_dir, json } => {
             let answer = control(&run_dir, "modules")?;
@@ -113,9 +124,9 @@ pub fn run(c: ModuleCmd) -> Result<ExitCode> {
     let cred = std::fs::read(&credential).with_context(|| format!("reading {}", credential.display()))?;
     let mut body = Vec::new();
     let request = match &pod {
-        Some((name, retire, min_fuel)) => Message::PodLoad(PodLoadRequest {
+        Some((name, on_fault, min_fuel)) => Message::PodLoad(PodLoadRequest {
             name,
-            retire: *retire,
+            on_fault: *on_fault,
             min_fuel: *min_fuel,
             credential: &cred,
             code: &code,

@@ -81,19 +81,21 @@ fn a_user_loads_a_pod_over_an_authenticated_control_message() {
     };
     let b = s.tb().join("b");
     let listen = common::first_listen(&b);
-    let load = |cred: &Path| {
+    let load_as = |cred: &Path, pod: &[&str]| {
         Command::new(ANODE)
             .args(["module", "load"])
             .arg(pod_file())
             .arg("--credential")
             .arg(cred)
-            .args(["--pod", "vault", "--retire", "--node", &listen, "--node-key"])
+            .args(pod)
+            .args(["--node", &listen, "--node-key"])
             .arg(s.tb().join("keys").join("b.pub"))
             .arg("--key")
             .arg(&ukey)
             .output()
             .unwrap()
     };
+    let load = |cred: &Path| load_as(cred, &["--pod", "vault", "--retire"]);
     let o = load(&cred("pod.cred", &[Interface::Pod]));
     assert!(o.status.success() && text(&o).contains("loaded pod p"), "{}", text(&o));
     let o = Command::new(ANODE).args(["module", "list", "--json", "--run-dir"]).arg(&b).output().unwrap();
@@ -109,6 +111,10 @@ fn a_user_loads_a_pod_over_an_authenticated_control_message() {
     // Without the pod right: refused, with the reason, nothing more loaded.
     let o = load(&cred("nopod.cred", &[Interface::Log]));
     assert!(!o.status.success() && text(&o).contains("refused"), "{}", text(&o));
+    // Rollback asked of a pod that keeps state in unexported globals: the
+    // policy travels (control body on_fault 2) and the node says why not.
+    let o = load_as(&cred("pod3.cred", &[Interface::Pod]), &["--pod", "vault2", "--on-fault", "rollback"]);
+    assert!(!o.status.success() && text(&o).contains("cannot be rolled back"), "{}", text(&o));
     let o = Command::new(ANODE).args(["module", "list", "--json", "--run-dir"]).arg(&b).output().unwrap();
     let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(list.as_array().unwrap().iter().filter(|m| m["kind"] == "pod").count(), 1, "{list}");

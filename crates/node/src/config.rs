@@ -790,7 +790,8 @@ impl PodLoadConfig {
         let on_fault = match self.on_fault.as_deref() {
             None | Some("reset") => OnFault::Reset,
             Some("retire") => OnFault::Retire,
-            Some(o) => return Err(format!("pod {}: on_fault {o:?} is neither reset nor retire", self.name)),
+            Some("rollback") => OnFault::Rollback,
+            Some(o) => return Err(format!("pod {}: on_fault {o:?} is not reset, retire or rollback", self.name)),
         };
         let clients = match &self.clients {
             None => None,
@@ -1484,7 +1485,7 @@ mod tests {
         let (clients, on_fault) = c.modules.as_ref().expect("modules").pods[0].policy().expect("policy");
         assert_eq!((clients.map(|l| l.len()), on_fault), (Some(1), anode_sandbox::pods::OnFault::Retire));
         let e = |t: &str| NodeConfig::from_toml(t).expect_err("invalid").to_string();
-        assert!(e(&with("on_fault = \"explode\"")).contains("neither reset nor retire"));
+        assert!(e(&with("on_fault = \"explode\"")).contains("not reset, retire or rollback"));
         assert!(e(&with("clients = [\"abcd\"]")).contains("not 64 hex digits"));
         assert!(e(&with("colour = \"red\"")).contains("unknown field"));
     }

@@ -125,6 +125,9 @@ struct Setup {
     null: i32,
     echo: i32,
     relay: i32,
+    /// `nullrb.null`: the null pod loaded with [`OnFault::Rollback`] (a
+    /// 64 KiB memory copied before every call).
+    rollback: i32,
 }
 
 /// `yields`: the default preemptible invocations (`pod.call` is then an
@@ -139,7 +142,11 @@ fn setup(yields: bool) -> Setup {
     let mut sb = Sandbox::new(issuer.public_key(), cfg, Arc::new(routes)).unwrap();
     let cred = issuer.admin(PrincipalId([2; 32]), None).unwrap();
     let limits = RequestedLimits { cpu: Some(10_000_000), ..RequestedLimits::default() };
-    for (name, src) in [("null", NULL_POD), ("relay", RELAY_POD)] {
+    for (name, src, on_fault) in [
+        ("null", NULL_POD, OnFault::Reset),
+        ("relay", RELAY_POD, OnFault::Reset),
+        ("nullrb", NULL_POD, OnFault::Rollback),
+    ] {
         let code = wat::parse_str(src).unwrap();
         let spec = PodSpec {
             code: &code,
@@ -148,7 +155,7 @@ fn setup(yields: bool) -> Setup {
             name,
             limits,
             clients: None,
-            on_fault: OnFault::Reset,
+            on_fault,
             min_fuel: 0,
         };
         sb.load_pod(now(), &spec).unwrap();
@@ -161,8 +168,8 @@ fn setup(yields: bool) -> Setup {
         assert!(b > 0, "{offer}: {b}");
         b
     };
-    let (null, echo, relay) = (bind("null.null"), bind("null.echo"), bind("relay.go"));
-    Setup { sb, client, null, echo, relay }
+    let (null, echo, relay, rollback) = (bind("null.null"), bind("null.echo"), bind("relay.go"), bind("nullrb.null"));
+    Setup { sb, client, null, echo, relay, rollback }
 }
 
 fn input(binding: i32, n: u32) -> Vec<u8> {
@@ -220,7 +227,7 @@ fn bounce(w: &mut impl Write, r: &mut impl Read) {
 
 fn table2(c: &mut Criterion) {
     let mut s = setup(true);
-    let (null, echo, relay) = (s.null, s.echo, s.relay);
+    let (null, echo, relay, rollback) = (s.null, s.echo, s.relay, s.rollback);
     let mut sync = setup(false);
     let mut g = c.benchmark_group("pods_hot");
     g.bench_function("proc_call", |b| b.iter(|| proc_null(black_box(1))));
@@ -230,6 +237,7 @@ fn table2(c: &mut Criterion) {
         ("pod_call_null", "pod", null),
         ("pod_call_1k", "pod1k", echo),
         ("pod_call_nested", "pod", relay),
+        ("pod_call_null_rollback", "pod", rollback),
     ] {
         g.bench_function(name, |b| {
             b.iter_custom(|iters| {
@@ -294,6 +302,7 @@ fn table2(c: &mut Criterion) {
         ("invoke_pod_call_null", "pod", null),
         ("invoke_pod_call_1k", "pod1k", echo),
         ("invoke_pod_call_nested", "pod", relay),
+        ("invoke_pod_call_rollback", "pod", rollback),
     ] {
         rows.push((name, cold(&mut || s.run(entry, binding, 1))));
     }

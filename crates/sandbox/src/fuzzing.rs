@@ -60,7 +60,8 @@ pub fn module_load(sb: &mut Sandbox, data: &[u8]) {
 
 /// Bytes as a pod loaded under an administrative credential: a typed error,
 /// or a listed pod with at least one offer, which unloads; the same bytes
-/// as an offer name never panic. Whether it loaded.
+/// as an offer name, and the rollback check over them, never panic. Whether
+/// it loaded.
 pub fn pod_load(sb: &mut Sandbox, data: &[u8]) -> bool {
     let cred = match anode_cred::fuzzing::issuer().admin(crate::PrincipalId([1; 32]), None) {
         Ok(c) => c,
@@ -83,5 +84,6 @@ pub fn pod_load(sb: &mut Sandbox, data: &[u8]) -> bool {
         assert!(sb.unload_pod(id));
     }
     let _ = crate::pods::parse_offer(&String::from_utf8_lossy(data));
+    let _ = crate::pods::rollback_check(data);
     loaded.is_ok()
 }

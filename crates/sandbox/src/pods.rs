@@ -35,8 +35,10 @@
 //! - A pod instance is never re-entered: while it runs it is out of the hub,
 //!   and a call that reaches it (recursion, a cycle of pods) gets [`E_BUSY`].
 //! - A pod that traps or is cut off is restored by its declared [`OnFault`]
-//!   policy before anyone can call it again; bindings to the old instance are
-//!   dropped ([`E_GONE`]) because the per-client state they name is gone.
+//!   policy before anyone can call it again. After a reset, bindings to the
+//!   old instance are dropped ([`E_GONE`]) because the per-client state they
+//!   name is gone; after a rollback the instance is the one from before the
+//!   call (memory and every mutable global), so bindings stay.
 //! - Nesting stops at [`MAX_DEPTH`] pods ([`E_DEPTH`]).
 //!
 //! See `docs/pods.md`.
@@ -45,7 +47,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
 use anode_cred::PrincipalId;
-use wasmtime::{Caller, Config, Engine, Extern, InstancePre, Linker, Memory, Module, Store, Trap, TypedFunc};
+use wasmtime::{
+    Caller, Config, Engine, Extern, Global, InstancePre, Linker, Memory, Module, Mutability, Store, Trap, TypedFunc,
+    Val,
+};
 
 use crate::handles::HandleTable;
 use crate::host::{E_CONTEXT, E_INVAL, E_LIMIT, E_NOTFOUND, MemLimiter};
@@ -127,6 +132,15 @@ pub enum OnFault {
     Reset,
     /// Unload the pod: every later call gets [`E_GONE`].
     Retire,
+    /// A checked rollback: the pod's memory and mutable globals are copied
+    /// before every call and put back after a fault, then the pod's optional
+    /// `pod_check` export (`() -> i32`, 0 for consistent) runs on the caller's
+    /// account; the instance and every binding stay. When the memory grew
+    /// during the faulting call, or the check fails, traps or overruns, the
+    /// pod is reset instead. Loaded only if the node can capture all of the
+    /// pod's mutable state ([`rollback_check`]). Costs a copy of the pod's
+    /// memory per call.
+    Rollback,
 }
 
 /// Why a pod was not loaded.
@@ -172,6 +186,10 @@ pub enum PodError {
     /// Instantiation failed (start function trapped or overran, memory cap).
     #[error("pod instantiation failed: {0}")]
     Instantiate(String),
+    /// [`OnFault::Rollback`] was asked for a pod whose mutable state the node
+    /// cannot capture (see [`rollback_check`]).
+    #[error("pod cannot be rolled back: {0}")]
+    NoRollback(String),
 }
 
 /// What a pod's loader decided: the hub's part of a load.
@@ -216,8 +234,14 @@ pub struct PodCounters {
     pub cut_off: u64,
     /// Calls that trapped.
     pub traps: u64,
-    /// Times the pod was restored by its policy.
+    /// Times the pod was reset (re-instantiated), by its policy or after a
+    /// rollback that could not be done.
     pub resets: u64,
+    /// Faults undone by a checked rollback (the instance and bindings kept).
+    pub rollbacks: u64,
+    /// Rollbacks that could not be done (the memory grew, `pod_check`
+    /// failed): the pod was reset instead.
+    pub rollback_failed: u64,
     /// Calls refused because the pod was running.
     pub busy: u64,
     /// Calls refused because the caller had less than `min_fuel` left.
@@ -297,6 +321,104 @@ struct Live {
     bind: TypedFunc<i32, i32>,
     offers: Vec<Offer>,
     buf: (usize, usize),
+    /// With [`OnFault::Rollback`]: the state before the running call.
+    snapshot: Option<Snapshot>,
+}
+
+/// What a rollback puts back: the pod's memory and its mutable globals as
+/// they were before the call. Kept with the instance; its buffers are reused
+/// call after call.
+struct Snapshot {
+    globals: Vec<Global>,
+    values: Vec<Val>,
+    memory: Vec<u8>,
+    check: Option<TypedFunc<(), i32>>,
+}
+
+impl Snapshot {
+    fn take(&mut self, memory: &Memory, store: &mut Store<PodState>) {
+        self.memory.clear();
+        self.memory.extend_from_slice(memory.data(&*store));
+        self.values.clear();
+        for g in &self.globals {
+            self.values.push(g.get(&mut *store));
+        }
+    }
+
+    /// Puts the state back; false if it cannot (the memory grew).
+    fn restore(&self, memory: &Memory, store: &mut Store<PodState>) -> bool {
+        let data = memory.data_mut(&mut *store);
+        if data.len() != self.memory.len() {
+            return false;
+        }
+        data.copy_from_slice(&self.memory);
+        self.globals.iter().zip(&self.values).all(|(g, v)| g.set(&mut *store, *v).is_ok())
+    }
+}
+
+/// Whether the node can capture all of a pod's mutable state, which
+/// [`OnFault::Rollback`] needs: every mutable global it defines must be
+/// exported (a wasm host can read only exported globals; Rust's
+/// `__stack_pointer` is exported with `-C link-arg=--export=__stack_pointer`),
+/// it may import no global, and its code may not change a table or drop a
+/// segment (`table.set`, `table.grow`, `table.fill`, `table.copy`,
+/// `table.init`, `elem.drop`, `data.drop`), since neither can be copied
+/// back. Memory is copied whole.
+///
+/// # Errors
+/// What stands in the way, or a parse error of `code`.
+pub fn rollback_check(code: &[u8]) -> Result<(), String> {
+    use wasmtime::wasmparser::{ExternalKind, Operator, Parser, Payload};
+    let mut mutable = Vec::new();
+    let mut exported = std::collections::HashSet::new();
+    for payload in Parser::new(0).parse_all(code) {
+        match payload.map_err(|e| e.to_string())? {
+            Payload::ImportSection(r) => {
+                for i in r.into_imports() {
+                    if let wasmtime::wasmparser::TypeRef::Global(_) = i.map_err(|e| e.to_string())?.ty {
+                        return Err("it imports a global".into());
+                    }
+                }
+            }
+            Payload::GlobalSection(r) => {
+                for (i, g) in r.into_iter().enumerate() {
+                    if g.map_err(|e| e.to_string())?.ty.mutable {
+                        mutable.push(i as u32);
+                    }
+                }
+            }
+            Payload::ExportSection(r) => {
+                for e in r {
+                    let e = e.map_err(|e| e.to_string())?;
+                    if e.kind == ExternalKind::Global {
+                        exported.insert(e.index);
+                    }
+                }
+            }
+            Payload::CodeSectionEntry(body) => {
+                let mut ops = body.get_operators_reader().map_err(|e| e.to_string())?;
+                while !ops.eof() {
+                    let op = ops.read().map_err(|e| e.to_string())?;
+                    let what = match op {
+                        Operator::TableSet { .. } => "table.set",
+                        Operator::TableGrow { .. } => "table.grow",
+                        Operator::TableFill { .. } => "table.fill",
+                        Operator::TableCopy { .. } => "table.copy",
+                        Operator::TableInit { .. } => "table.init",
+                        Operator::ElemDrop { .. } => "elem.drop",
+                        Operator::DataDrop { .. } => "data.drop",
+                        _ => continue,
+                    };
+                    return Err(format!("its code uses {what}"));
+                }
+            }
+            _ => {}
+        }
+    }
+    match mutable.iter().find(|i| !exported.contains(i)) {
+        Some(i) => Err(format!("mutable global {i} is not exported")),
+        None => Ok(()),
+    }
 }
 
 struct Pod {
@@ -423,9 +545,12 @@ impl PodHub {
         if entries.is_empty() {
             return Err(PodError::NoOffers);
         }
+        if spec.on_fault == OnFault::Rollback {
+            rollback_check(spec.code).map_err(PodError::NoRollback)?;
+        }
         let pre = self.linker.instantiate_pre(&module).map_err(|e| PodError::Instantiate(format!("{e:#}")))?;
         let id = PodId(self.next);
-        let live = self.instantiate(id, &pre, &entries, spec.cpu, spec.memory)?;
+        let live = self.instantiate(id, &pre, &entries, spec.cpu, spec.memory, spec.on_fault)?;
         self.next = self.next.wrapping_add(1).max(1);
         let buf_len = live.buf.1;
         self.names.insert(spec.name.into(), id);
@@ -457,6 +582,7 @@ impl PodHub {
         entries: &[String],
         cpu: u64,
         memory: usize,
+        on_fault: OnFault,
     ) -> Result<Live, PodError> {
         let data = PodState { hub: self.me.clone(), pod: id, depth: 0, limiter: MemLimiter::new(memory, None) };
         let mut store = Store::new(&self.engine, data);
@@ -495,7 +621,18 @@ impl PodHub {
         {
             return Err(bad);
         }
-        Ok(Live { store, memory, bind, offers, buf: (p, l) })
+        let snapshot = (on_fault == OnFault::Rollback).then(|| {
+            let globals: Vec<Global> = inst
+                .exports(&mut store)
+                .filter_map(|e| e.into_global())
+                .collect::<Vec<_>>()
+                .into_iter()
+                .filter(|g| g.ty(&store).mutability() == Mutability::Var)
+                .collect();
+            let check = inst.get_typed_func::<(), i32>(&mut store, "pod_check").ok();
+            Snapshot { values: Vec::with_capacity(globals.len()), globals, memory: Vec::new(), check }
+        });
+        Ok(Live { store, memory, bind, offers, buf: (p, l), snapshot })
     }
 
     /// Unloads a pod. Bindings to it fail with [`E_GONE`] at their next use.
@@ -672,20 +809,27 @@ impl PodHub {
                 pod.counters.refused += 1;
             }
         }
-        if !fault {
+        if !fault || outcome.rolled_back == Some(true) {
+            if fault {
+                pod.counters.rollbacks += 1;
+            }
             pod.live = Some(live);
             return;
         }
         drop(live);
+        if outcome.rolled_back == Some(false) {
+            pod.counters.rollback_failed += 1;
+        }
         match pod.on_fault {
-            OnFault::Reset => {
+            OnFault::Reset | OnFault::Rollback => {
                 // The new instance knows none of the old one's bindings either.
                 self.tables.remove(&Client::Pod(begun.pod.0));
                 let Some(pod) = self.pods.get_mut(&begun.pod) else { return };
                 pod.epoch += 1;
                 pod.counters.resets += 1;
-                let (pre, entries, cpu, mem) = (pod.pre.clone(), pod.entries.clone(), pod.cpu, pod.memory);
-                match self.instantiate(begun.pod, &pre, &entries, cpu, mem) {
+                let (pre, entries, cpu, mem, on_fault) =
+                    (pod.pre.clone(), pod.entries.clone(), pod.cpu, pod.memory, pod.on_fault);
+                match self.instantiate(begun.pod, &pre, &entries, cpu, mem, on_fault) {
                     Ok(l) => {
                         if let Some(p) = self.pods.get_mut(&begun.pod) {
                             p.live = Some(l);
@@ -719,6 +863,23 @@ struct Begun {
 struct Ran {
     result: Result<i32, i32>,
     used: u64,
+    /// After a fault of a pod with [`OnFault::Rollback`]: whether the
+    /// rollback (and its check) succeeded.
+    rolled_back: Option<bool>,
+}
+
+/// After a fault: puts the pod's state back as it was before the call and
+/// runs its `pod_check` under `budget`. Whether the pod may be kept, and the
+/// fuel the check used.
+fn roll_back(live: &mut Live, budget: u64) -> (bool, u64) {
+    let Some(s) = live.snapshot.as_ref() else { return (false, 0) };
+    if !s.restore(&live.memory, &mut live.store) {
+        return (false, 0);
+    }
+    let Some(check) = s.check.clone() else { return (true, 0) };
+    let _ = live.store.set_fuel(budget);
+    let ok = matches!(check.call(&mut live.store, ()), Ok(0));
+    (ok, budget.saturating_sub(live.store.get_fuel().unwrap_or(0)))
 }
 
 fn caller_memory<T>(c: &mut Caller<'_, T>) -> Option<Memory> {
@@ -749,9 +910,12 @@ fn bind_info(principal: PrincipalId, client: Client, entry: &str) -> Vec<u8> {
 fn run_pod(live: &mut Live, b: &Begun, depth: u32, budget: u64, input: &[u8]) -> Ran {
     let (p, l) = live.buf;
     let n = input.len();
+    if let Some(s) = live.snapshot.as_mut() {
+        s.take(&live.memory, &mut live.store);
+    }
     match live.memory.data_mut(&mut live.store).get_mut(p..p + l.min(n)).filter(|d| d.len() == n) {
         Some(dst) => dst.copy_from_slice(input),
-        None => return Ran { result: Err(E_POD), used: 0 },
+        None => return Ran { result: Err(E_POD), used: 0, rolled_back: None },
     }
     live.store.data_mut().depth = depth + 1;
     let _ = live.store.set_fuel(budget);
@@ -769,7 +933,17 @@ fn run_pod(live: &mut Live, b: &Begun, depth: u32, budget: u64, input: &[u8]) ->
             _ => Err(E_TRAP),
         },
     };
-    Ran { result, used }
+    // A rollback is done here, with the instance out of the hub (the
+    // binder is not locked while pod code runs), and its check is paid by
+    // the caller like the call itself.
+    let (rolled_back, used) = match result {
+        Err(E_CPU | E_TRAP) if live.snapshot.is_some() => {
+            let (ok, check) = roll_back(live, b.cap);
+            (Some(ok), used.saturating_add(check))
+        }
+        _ => (None, used),
+    };
+    Ran { result, used, rolled_back }
 }
 
 /// `pod.call(binding, in_len) -> out_len | E_*`.
@@ -810,7 +984,7 @@ fn call<T: PodClient>(c: &mut Caller<'_, T>, binding: i32, in_len: i32) -> i32 {
     let Some(ran) = ran else {
         // A bad length or region: the pod was not entered.
         if let Ok(mut h) = hub.try_lock() {
-            h.finish(client, &begun, live, &Ran { result: Ok(0), used: 0 });
+            h.finish(client, &begun, live, &Ran { result: Ok(0), used: 0, rolled_back: None });
         }
         return E_INVAL;
     };

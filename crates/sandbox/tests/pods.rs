@@ -670,3 +670,165 @@ fn pod_load_fuzz_seeds_and_mutations() {
     }
     assert!(sb.pods().is_empty());
 }
+
+/// A pod whose every mutable global is exported, so it can be rolled back.
+/// Its buffer is 0..4096; per-client counters live at 8192 + 4 × state.
+/// Entries (the input is a 4-byte LE number n where it matters):
+/// - `add`: adds n to the client's counter and to the total; returns
+///   [counter (4 LE)][total (4 LE)];
+/// - `half`: writes the client's counter and the total half-way, then traps
+///   (kept, that state would be inconsistent);
+/// - `spin`: writes the same, then loops until cut off;
+/// - `grow`: grows the memory by a page, then traps;
+/// - `poison`: marks the pod bad (its `pod_check` then fails) and returns 0.
+fn ledger_pod() -> Vec<u8> {
+    wat(r#"(module
+        (memory (export "memory") 1)
+        (global $clients (export "clients") (mut i32) (i32.const 0))
+        (global $total (export "total") (mut i32) (i32.const 0))
+        (global $bad (export "bad") (mut i32) (i32.const 0))
+        (func (export "pod_buffer") (result i32) (i32.const 0))
+        (func (export "pod_buffer_len") (result i32) (i32.const 4096))
+        (func (export "pod_bind") (param i32) (result i32)
+          (global.set $clients (i32.add (global.get $clients) (i32.const 1)))
+          (global.get $clients))
+        (func (export "pod_check") (result i32) (global.get $bad))
+        (func $slot (param $s i32) (result i32) (i32.add (i32.const 8192) (i32.shl (local.get $s) (i32.const 2))))
+        (func $scribble (param $s i32)
+          (i32.store (call $slot (local.get $s)) (i32.const 999999))
+          (global.set $total (i32.const 777)))
+        (func (export "offer.add") (param $s i32) (param $n i32) (result i32) (local $a i32)
+          (local.set $a (call $slot (local.get $s)))
+          (i32.store (local.get $a) (i32.add (i32.load (local.get $a)) (i32.load (i32.const 0))))
+          (global.set $total (i32.add (global.get $total) (i32.load (i32.const 0))))
+          (i32.store (i32.const 0) (i32.load (local.get $a)))
+          (i32.store (i32.const 4) (global.get $total))
+          (i32.const 8))
+        (func (export "offer.half") (param $s i32) (param $n i32) (result i32)
+          (call $scribble (local.get $s)) unreachable)
+        (func (export "offer.spin") (param $s i32) (param $n i32) (result i32)
+          (call $scribble (local.get $s)) (loop $l (br $l)) (i32.const 0))
+        (func (export "offer.grow") (param $s i32) (param $n i32) (result i32)
+          (call $scribble (local.get $s)) (drop (memory.grow (i32.const 1))) unreachable)
+        (func (export "offer.poison") (param $s i32) (param $n i32) (result i32)
+          (global.set $bad (i32.const 1)) (i32.const 0)))"#)
+}
+
+fn load_rollback_pod(sb: &mut Sandbox, code: &[u8], name: &str, cpu: Option<u64>) -> Result<(), PodError> {
+    let c = admin(user()).to_bytes().to_vec();
+    let mut s = pod_spec(code, &c, name, cpu);
+    s.on_fault = OnFault::Rollback;
+    sb.load_pod(now(0), &s).map(|_| ())
+}
+
+/// [counter, total] after adding `n` through `binding`.
+fn add(sb: &mut Sandbox, m: ModuleId, binding: i32, n: i32) -> (Result<i32, InvokeError>, i32, i32) {
+    let (r, bytes) = call(sb, m, binding, &n.to_le_bytes());
+    if bytes.len() < 8 {
+        return (r, -1, -1);
+    }
+    (r, le(&bytes, 0), le(&bytes, 4))
+}
+
+#[test]
+fn a_rolled_back_pod_keeps_every_clients_state_and_binding_after_a_fault() {
+    let mut sb = sandbox();
+    load_rollback_pod(&mut sb, &ledger_pod(), "ledger", Some(100_000)).unwrap();
+    let a = load_client(&mut sb, user(), None);
+    let b = load_client(&mut sb, second(), None);
+    let aa = bind_full(&mut sb, a, "ledger.add");
+    let ba = bind_full(&mut sb, b, "ledger.add");
+    assert_eq!(add(&mut sb, a, aa, 5), (Ok(8), 5, 5));
+    assert_eq!(add(&mut sb, b, ba, 7), (Ok(8), 7, 12));
+    // A trap half-way through an update: memory and globals are put back.
+    let ah = bind_full(&mut sb, a, "ledger.half");
+    assert_eq!(call(&mut sb, a, ah, b"").0, Ok(E_TRAP));
+    // So is a cut-off one.
+    let asp = bind_full(&mut sb, a, "ledger.spin");
+    assert_eq!(call(&mut sb, a, asp, b"").0, Ok(E_CPU));
+    let p = &sb.pods()[0];
+    assert_eq!((p.counters.traps, p.counters.cut_off), (1, 1));
+    assert_eq!((p.counters.rollbacks, p.counters.rollback_failed, p.counters.resets), (2, 0, 0));
+    // Both clients' bindings still work, and see the state from before the faults.
+    assert_eq!(add(&mut sb, a, aa, 1), (Ok(8), 6, 13), "not 999999, not 777: the half-done updates are gone");
+    assert_eq!(add(&mut sb, b, ba, 0), (Ok(8), 7, 13));
+    // The faulting bindings stay too: the instance is the same one.
+    assert_eq!(call(&mut sb, a, ah, b"").0, Ok(E_TRAP));
+    assert_eq!(sb.pods()[0].counters.rollbacks, 3);
+}
+
+#[test]
+fn a_rollback_that_cannot_be_done_or_fails_its_check_resets_the_pod() {
+    let mut sb = sandbox();
+    load_rollback_pod(&mut sb, &ledger_pod(), "ledger", Some(100_000)).unwrap();
+    let a = load_client(&mut sb, user(), None);
+    let aa = bind_full(&mut sb, a, "ledger.add");
+    assert_eq!(add(&mut sb, a, aa, 5), (Ok(8), 5, 5));
+    // The memory grew during the faulting call: it cannot shrink back, so
+    // the pod is reset and the bindings go.
+    let ag = bind_full(&mut sb, a, "ledger.grow");
+    assert_eq!(call(&mut sb, a, ag, b"").0, Ok(E_TRAP));
+    let p = &sb.pods()[0];
+    assert_eq!((p.counters.rollbacks, p.counters.rollback_failed, p.counters.resets), (0, 1, 1));
+    assert_eq!(call(&mut sb, a, aa, b"").0, Ok(E_GONE));
+    let aa = bind_full(&mut sb, a, "ledger.add");
+    assert_eq!(add(&mut sb, a, aa, 2), (Ok(8), 2, 2), "the fresh instance");
+    // The pod marked itself bad: after the next fault its check fails, and
+    // it is reset rather than kept.
+    let ap = bind_full(&mut sb, a, "ledger.poison");
+    assert_eq!(call(&mut sb, a, ap, b"").0, Ok(0));
+    let ah = bind_full(&mut sb, a, "ledger.half");
+    assert_eq!(call(&mut sb, a, ah, b"").0, Ok(E_TRAP));
+    let p = &sb.pods()[0];
+    assert_eq!((p.counters.rollbacks, p.counters.rollback_failed, p.counters.resets), (0, 2, 2));
+    let aa = bind_full(&mut sb, a, "ledger.add");
+    assert_eq!(add(&mut sb, a, aa, 3), (Ok(8), 3, 3));
+}
+
+#[test]
+fn rollback_is_refused_for_pods_whose_state_the_node_cannot_capture() {
+    let mut sb = sandbox();
+    let pod = |extra: &str| {
+        wat(&format!(
+            r#"(module (memory (export "memory") 1)
+              (func (export "pod_buffer") (result i32) (i32.const 0))
+              (func (export "pod_buffer_len") (result i32) (i32.const 64))
+              (func (export "pod_bind") (param i32) (result i32) (i32.const 0))
+              (func (export "offer.x") (param i32 i32) (result i32) (i32.const 0))
+              {extra})"#
+        ))
+    };
+    let cases = [
+        ("(global $g (mut i32) (i32.const 0))", "mutable global 0 is not exported"),
+        (
+            "(table 1 funcref) (func (export \"offer.t\") (param i32 i32) (result i32) (table.set 0 (i32.const 0) (ref.null func)) (i32.const 0))",
+            "table.set",
+        ),
+        (
+            "(table 1 funcref) (func (export \"offer.t\") (param i32 i32) (result i32) (drop (table.grow 0 (ref.null func) (i32.const 1))) (i32.const 0))",
+            "table.grow",
+        ),
+        (
+            "(data $d \"x\") (func (export \"offer.t\") (param i32 i32) (result i32) (data.drop $d) (i32.const 0))",
+            "data.drop",
+        ),
+    ];
+    for (i, (extra, why)) in cases.iter().enumerate() {
+        match load_rollback_pod(&mut sb, &pod(extra), &format!("p{i}"), None) {
+            Err(PodError::NoRollback(w)) => assert!(w.contains(why), "case {i}: {w}"),
+            r => panic!("case {i}: {r:?}"),
+        }
+    }
+    // store_pod keeps its counters in globals it does not export.
+    assert!(matches!(load_rollback_pod(&mut sb, &store_pod(), "store", None), Err(PodError::NoRollback(_))));
+    // The same pods load with the default policy, and constant or exported globals are fine.
+    load_pod(&mut sb, &pod(cases[0].0), "p0", None);
+    load_rollback_pod(
+        &mut sb,
+        &pod("(global $c i32 (i32.const 1)) (global $e (export \"e\") (mut i64) (i64.const 0))"),
+        "ok",
+        None,
+    )
+    .unwrap();
+    assert!(anode_sandbox::pods::rollback_check(b"\0asm\x01\0\0\0\x06\x01").is_err(), "a truncated section");
+}

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! load request   0x01 | name_len (1) | name | cred_len (4) | credential | code
-//! pod load       0x02 | name_len (1) | name (1..) | on_fault (1: 0 reset, 1 retire)
+//! pod load       0x02 | name_len (1) | name (1..) | on_fault (1: 0 reset, 1 retire, 2 rollback)
 //!                     | min_fuel (8) | cred_len (4) | credential | code
 //! load reply     0x81 | 0x00 loaded         | module id (4)
 //!                     | 0x01 already loaded | module id (4)
@@ -68,13 +68,27 @@ pub struct LoadRequest<'a> {
     pub code: &'a [u8],
 }
 
+/// What restores a pod that traps or is cut off (docs/pods.md "Faults").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(u8)]
+pub enum FaultPolicy {
+    /// Instantiate it again from its code; bindings are dropped.
+    #[default]
+    Reset = 0,
+    /// Unload it.
+    Retire = 1,
+    /// Put back its memory and globals from before the call (checked);
+    /// bindings stay.
+    Rollback = 2,
+}
+
 /// A pod load request: a protected module offering `<name>.<entry>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PodLoadRequest<'a> {
     /// The pod's name (its offers are `<name>.<entry>`; not empty).
     pub name: &'a str,
-    /// Retire the pod when it traps or is cut off (else reset it).
-    pub retire: bool,
+    /// What restores the pod when it traps or is cut off.
+    pub on_fault: FaultPolicy,
     /// Fuel a caller must have left for a call to enter the pod.
     pub min_fuel: u64,
     /// The credential (Biscuit bytes); it must grant `pod`.
@@ -209,9 +223,10 @@ impl<'a> Message<'a> {
             OP_POD_LOAD => {
                 let nl = r.u8()? as usize;
                 let name = r.take(nl)?;
-                let retire = match r.u8()? {
-                    0 => false,
-                    1 => true,
+                let on_fault = match r.u8()? {
+                    0 => FaultPolicy::Reset,
+                    1 => FaultPolicy::Retire,
+                    2 => FaultPolicy::Rollback,
                     c => return Err(Error::BadCode(c)),
                 };
                 let min_fuel = r.u64()?;
@@ -222,7 +237,7 @@ impl<'a> Message<'a> {
                     return Err(Error::BadName);
                 }
                 let name = core::str::from_utf8(name).map_err(|_| Error::BadName)?;
-                Ok(Message::PodLoad(PodLoadRequest { name, retire, min_fuel, credential, code }))
+                Ok(Message::PodLoad(PodLoadRequest { name, on_fault, min_fuel, credential, code }))
             }
             OP_LOAD_REPLY => {
                 let reply = match r.u8()? {
@@ -281,7 +296,7 @@ impl<'a> Message<'a> {
                 }
                 out.extend_from_slice(&[OP_POD_LOAD, nl]);
                 out.extend_from_slice(l.name.as_bytes());
-                out.push(u8::from(l.retire));
+                out.push(l.on_fault as u8);
                 out.extend_from_slice(&l.min_fuel.to_be_bytes());
                 out.extend_from_slice(&cl.to_be_bytes());
                 out.extend_from_slice(l.credential);
@@ -326,10 +341,17 @@ mod tests {
         round_trip(Message::Load(LoadRequest { name: None, credential: b"", code: b"x" }));
         round_trip(Message::PodLoad(PodLoadRequest {
             name: "aes",
-            retire: true,
+            on_fault: FaultPolicy::Retire,
             min_fuel: 100_000,
             credential: b"cred",
             code: b"\0asm",
+        }));
+        round_trip(Message::PodLoad(PodLoadRequest {
+            name: "cache",
+            on_fault: FaultPolicy::Rollback,
+            min_fuel: 0,
+            credential: b"c",
+            code: b"",
         }));
         round_trip(Message::LoadReply(LoadReply::Loaded(3)));
         round_trip(Message::LoadReply(LoadReply::AlreadyLoaded(u32::MAX)));
@@ -357,8 +379,13 @@ mod tests {
         assert_eq!(p(&[2, 1, b'a', 0, 0, 0]), Err(Error::Truncated));
         assert_eq!(p(&[2, 1, b'a', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9]), Err(Error::Truncated));
         assert_eq!(p(&[2, 1, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]), Err(Error::BadName));
-        let empty =
-            Message::PodLoad(PodLoadRequest { name: "", retire: false, min_fuel: 0, credential: b"", code: b"" });
+        let empty = Message::PodLoad(PodLoadRequest {
+            name: "",
+            on_fault: FaultPolicy::Reset,
+            min_fuel: 0,
+            credential: b"",
+            code: b"",
+        });
         assert_eq!(empty.emit(&mut Vec::new()), Err(Error::BadName));
         assert_eq!(p(&[1, 5, b'a']), Err(Error::Truncated));
         assert_eq!(p(&[1, 0, 0, 0, 0, 9, 1]), Err(Error::Truncated));

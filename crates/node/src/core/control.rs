@@ -8,7 +8,7 @@ use crate::core::LoadFailure;
 use crate::counters::Drop;
 use anode_sandbox::{LoadError, LoadSpec, PrincipalId};
 use anode_wire::anep;
-use anode_wire::control::{LoadReply, Message, Refusal};
+use anode_wire::control::{FaultPolicy, LoadReply, Message, Refusal};
 use core::net::SocketAddr;
 
 /// The refusal kind a load error is answered with.
@@ -79,10 +79,10 @@ impl Node {
                     name: req.name,
                     limits: Default::default(),
                     clients: None,
-                    on_fault: if req.retire {
-                        anode_sandbox::pods::OnFault::Retire
-                    } else {
-                        anode_sandbox::pods::OnFault::Reset
+                    on_fault: match req.on_fault {
+                        FaultPolicy::Reset => anode_sandbox::pods::OnFault::Reset,
+                        FaultPolicy::Retire => anode_sandbox::pods::OnFault::Retire,
+                        FaultPolicy::Rollback => anode_sandbox::pods::OnFault::Rollback,
                     },
                     min_fuel: req.min_fuel,
                 };

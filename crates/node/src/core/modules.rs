@@ -114,7 +114,8 @@ impl Node {
                 "buffer": p.buffer,
                 "counters": {"invocations": c.calls, "ok": c.calls.saturating_sub(c.traps + c.cut_off), "traps": c.traps,
                              "cpu_exhausted": c.cut_off, "memory_exhausted": 0, "binds": c.binds, "accepted": c.accepted,
-                             "refused": c.refused, "denied": c.denied, "busy": c.busy, "resets": c.resets, "fuel": c.fuel},
+                             "refused": c.refused, "denied": c.denied, "busy": c.busy, "resets": c.resets, "rollbacks": c.rollbacks,
+                             "rollback_failed": c.rollback_failed, "fuel": c.fuel},
             })
         }));
         json!(list)
