@@ -20,7 +20,10 @@
 //!    `recvmmsg`/`sendmmsg`, no spin), a bare relay process
 //!    (`recvmmsg` → `sendmmsg`, 32 at a time, no anode code, no crypto)
 //!    carrying datagrams of the same length, `b` with two workers, and `b`
-//!    with `SO_BUSY_POLL` at 50 µs. Trials alternate; the
+//!    with `SO_BUSY_POLL` at 50 µs; and, as root, the kernel forwarding
+//!    between three network namespaces joined by veth pairs (the same
+//!    plain datagrams to c's address through b, as GSO runs and one by
+//!    one; its CPU is not attributable to a process). Trials alternate; the
 //!    forwarder's CPU time per packet comes from its `/proc/<pid>/stat`
 //!    (user + system, all its threads).
 //!
@@ -209,10 +212,94 @@ fn relay_main(to: &str) {
     }
 }
 
+/// Three network namespaces `a – b – c` joined by veth pairs, b an IP
+/// router (`ip_forward`): the kernel's forwarding between namespaces, the
+/// anchor issue 19 compares with. Deleted on drop.
+struct KernelPath {
+    names: [String; 3],
+}
+
+/// Addresses of the kernel path: a's and c's veth ends.
+const KA: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 1);
+const KC: Ipv4Addr = Ipv4Addr::new(198, 18, 2, 1);
+
+impl KernelPath {
+    /// Why it cannot be built here, if it cannot.
+    fn unavailable() -> Option<String> {
+        if !nix::unistd::geteuid().is_root() {
+            return Some("not root".into());
+        }
+        match Command::new("ip").args(["netns", "list"]).output() {
+            Ok(o) if o.status.success() => None,
+            _ => Some("no working `ip netns`".into()),
+        }
+    }
+
+    fn build(tag: &str) -> KernelPath {
+        let id = std::process::id();
+        let names = ["a", "b", "c"].map(|n| format!("anode-kf{id}{tag}{n}"));
+        let [na, nb, nc] = &names;
+        let path = KernelPath { names: names.clone() };
+        let ip = |args: &str| {
+            let o = Command::new("ip").args(args.split_whitespace()).output().expect("ip");
+            assert!(o.status.success(), "ip {args}: {}", String::from_utf8_lossy(&o.stderr));
+        };
+        for n in &names {
+            ip(&format!("netns add {n}"));
+            ip(&format!("-n {n} link set lo up"));
+        }
+        ip(&format!("link add kfa{id} type veth peer name kfb1{id}"));
+        ip(&format!("link set kfa{id} netns {na}"));
+        ip(&format!("link set kfb1{id} netns {nb}"));
+        ip(&format!("link add kfb2{id} type veth peer name kfc{id}"));
+        ip(&format!("link set kfb2{id} netns {nb}"));
+        ip(&format!("link set kfc{id} netns {nc}"));
+        for (n, dev, addr) in [
+            (na, format!("kfa{id}"), "198.18.1.1/24"),
+            (nb, format!("kfb1{id}"), "198.18.1.2/24"),
+            (nb, format!("kfb2{id}"), "198.18.2.2/24"),
+            (nc, format!("kfc{id}"), "198.18.2.1/24"),
+        ] {
+            ip(&format!("-n {n} addr add {addr} dev {dev}"));
+            ip(&format!("-n {n} link set {dev} up"));
+        }
+        ip(&format!("-n {na} route add 198.18.2.0/24 via 198.18.1.2"));
+        ip(&format!("-n {nc} route add 198.18.1.0/24 via 198.18.2.2"));
+        ip(&format!("netns exec {nb} sysctl -q -w net.ipv4.ip_forward=1"));
+        path
+    }
+
+    /// A UDP socket bound to `addr` inside namespace `ns` (this thread
+    /// enters it for the bind and comes back).
+    fn socket_in(ns: &str, addr: SocketAddr) -> UdpSocket {
+        use nix::sched::{CloneFlags, setns};
+        let home = std::fs::File::open("/proc/thread-self/ns/net").expect("own netns");
+        let there = std::fs::File::open(format!("/run/netns/{ns}")).expect("netns");
+        setns(&there, CloneFlags::CLONE_NEWNET).expect("enter netns");
+        let s = UdpSocket::bind(addr);
+        setns(&home, CloneFlags::CLONE_NEWNET).expect("leave netns");
+        s.expect("bind in netns")
+    }
+}
+
+impl Drop for KernelPath {
+    fn drop(&mut self) {
+        for n in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", n]).output();
+        }
+    }
+}
+
 /// What forwards a rig's traffic.
 enum Forwarder {
     Node(Daemon),
     Relay(Relay),
+    /// The kernel: its forwarding runs in softirq context, charged to
+    /// whichever task the interrupt or the sender's system call was on, so
+    /// no process clock measures it. Held until the rig goes, then deleted.
+    Kernel {
+        _namespaces: KernelPath,
+    },
 }
 
 impl Forwarder {
@@ -220,6 +307,7 @@ impl Forwarder {
         match self {
             Forwarder::Node(d) => d.cpu_secs(),
             Forwarder::Relay(r) => cpu_secs(r.child.id()),
+            Forwarder::Kernel { .. } => f64::NAN,
         }
     }
 }
@@ -253,8 +341,9 @@ fn security(mode: Option<Mode>, key: &Path) -> String {
     }
 }
 
+/// Free loopback addresses, below the ephemeral range (`anode_daemon::ports`).
 fn free_addrs(n: usize) -> Vec<SocketAddr> {
-    let s: Vec<UdpSocket> = (0..n).map(|_| UdpSocket::bind("127.0.0.1:0").expect("udp")).collect();
+    let s = anode_daemon::ports::reserve_loopback(n).expect("free loopback ports");
     s.iter().map(|s| s.local_addr().expect("addr")).collect()
 }
 
@@ -326,6 +415,34 @@ impl Side {
                 let _ = l.open(&mut buf[..n], payload_start, type_id == anep::TYPE_ESP, now_ms(t0));
             }
         }
+        self.sock.set_nonblocking(false).expect("blocking");
+        self.send(out, t0);
+    }
+
+    /// A datagram the sink received: a handshake (a rekey by b) goes to the
+    /// security layer and is answered; true if it was one.
+    fn sink_handshake(&mut self, from: SocketAddr, d: &[u8], t0: Instant) -> bool {
+        let Some(l) = self.links.as_mut() else { return false };
+        let Ok(a) = anep::Packet::new_checked(d) else { return false };
+        if a.type_id() != anep::TYPE_HANDSHAKE {
+            return false;
+        }
+        let mut out = Vec::new();
+        let _ = l.handle_handshake(from, &d[a.payload_start()..], now_ms(t0), &mut out);
+        self.send(out, t0);
+        true
+    }
+
+    /// The security layer's timers (rekeys, keepalives), for the sink.
+    fn tick(&mut self, t0: Instant) {
+        let Some(l) = self.links.as_mut() else { return };
+        let mut out = Vec::new();
+        l.poll(now_ms(t0), &mut out);
+        self.send(out, t0);
+    }
+
+    /// Sends what the security layer asked for.
+    fn send(&mut self, out: Vec<Output>, t0: Instant) {
         for o in out {
             match o {
                 Output::Handshake { to, msg, .. } => {
@@ -340,7 +457,6 @@ impl Side {
                 Output::Established { .. } => {}
             }
         }
-        self.sock.set_nonblocking(false).expect("blocking");
     }
 
     fn up(&self) -> bool {
@@ -395,7 +511,7 @@ impl Rig {
             assert!(Instant::now() < deadline, "{tag}: links did not come up");
             thread::sleep(Duration::from_millis(5));
         }
-        let (sink, stop, sink_thread) = sink(c.sock);
+        let (sink, stop, sink_thread) = sink(c, t0);
         let extra = (0..3).map(|_| UdpSocket::bind("127.0.0.1:0").expect("source")).collect();
         Rig {
             mode,
@@ -418,7 +534,7 @@ impl Rig {
         let (sa, sc) = (UdpSocket::bind("127.0.0.1:0").expect("a"), UdpSocket::bind("127.0.0.1:0").expect("c"));
         let relay = Relay::start(sc.local_addr().expect("c"));
         let b_in = relay.addr;
-        let (sink, stop, sink_thread) = sink(sc);
+        let (sink, stop, sink_thread) = sink(Side { sock: sc, links: None }, Instant::now());
         let a = Side { sock: sa, links: None };
         Rig {
             mode: None,
@@ -427,6 +543,30 @@ impl Rig {
             a,
             b_in,
             gso: true,
+            extra: Vec::new(),
+            offered: 0.0,
+            sink,
+            stop,
+            sink_thread,
+        }
+    }
+
+    /// The kernel forwarding between namespaces in b's place; `a` (no
+    /// security layer) sends plain datagrams of a sealed one's length to c's
+    /// address through b, as GSO runs when `gso`.
+    fn kernel(gso: bool) -> Rig {
+        let path = KernelPath::build(if gso { "g" } else { "m" });
+        let sa = KernelPath::socket_in(&path.names[0], SocketAddr::from((KA, 0)));
+        let sc = KernelPath::socket_in(&path.names[2], SocketAddr::from((KC, 0)));
+        let b_in = sc.local_addr().expect("c");
+        let (sink, stop, sink_thread) = sink(Side { sock: sc, links: None }, Instant::now());
+        Rig {
+            mode: None,
+            label: if gso { "kernel-netns".into() } else { "kernel-netns-no-gso".into() },
+            b: Forwarder::Kernel { _namespaces: path },
+            a: Side { sock: sa, links: None },
+            b_in,
+            gso,
             extra: Vec::new(),
             offered: 0.0,
             sink,
@@ -448,6 +588,13 @@ impl Rig {
             let mut b = Vec::new();
             self.a.seal(&inner, &mut b, now_ms(t0))
         } as u64;
+        // a answers b's rekeys and starts its own between trials (the
+        // generator thread does not), so a long run keeps its SA.
+        for _ in 0..10 {
+            self.a.pump(t0);
+            thread::sleep(Duration::from_millis(5));
+        }
+        assert!(self.a.up(), "{}: a's SA with b is down", self.label);
         let gso = self.gso;
         let stop = AtomicBool::new(false);
         let (mut c0, mut c1, mut cpu0, mut cpu1, mut secs) = (0, 0, 0.0, 0.0, 0.0);
@@ -521,21 +668,30 @@ impl Drop for Rig {
 }
 
 /// c's receiving thread: GRO on (as an anode neighbour has it), counts
-/// bytes until stopped.
+/// bytes until stopped. With a security layer it also answers b's rekeys
+/// and runs its timers, so a run longer than an SA's lifetime keeps its
+/// links.
 #[allow(clippy::type_complexity)]
-fn sink(sock: UdpSocket) -> (Arc<AtomicU64>, Arc<AtomicBool>, Option<thread::JoinHandle<()>>) {
+fn sink(mut c: Side, t0: Instant) -> (Arc<AtomicU64>, Arc<AtomicBool>, Option<thread::JoinHandle<()>>) {
     let sink = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::UdpGroSegment, &true);
-    let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::RcvBuf, &(4 << 20));
+    let _ = nix::sys::socket::setsockopt(&c.sock, nix::sys::socket::sockopt::UdpGroSegment, &true);
+    let _ = nix::sys::socket::setsockopt(&c.sock, nix::sys::socket::sockopt::RcvBuf, &(4 << 20));
     let t = {
         let (sink, stop) = (sink.clone(), stop.clone());
         thread::spawn(move || {
-            sock.set_read_timeout(Some(Duration::from_millis(50))).expect("timeout");
+            c.sock.set_read_timeout(Some(Duration::from_millis(50))).expect("timeout");
             let mut buf = vec![0u8; 65_536];
+            let mut ticked = Instant::now();
             while !stop.load(Ordering::Relaxed) {
-                if let Ok(n) = sock.recv(&mut buf) {
+                if let Ok((n, from)) = c.sock.recv_from(&mut buf)
+                    && !c.sink_handshake(from, &buf[..n], t0)
+                {
                     sink.fetch_add(n as u64, Ordering::Relaxed);
+                }
+                if ticked.elapsed() > Duration::from_millis(100) {
+                    c.tick(t0);
+                    ticked = Instant::now();
                 }
             }
         })
@@ -605,7 +761,17 @@ fn datapath(dir: &Path, reps: usize, window: Duration, report: &mut String) {
     let bp = Rig::start(dir, Some(Mode::Encrypt), t0, "io-on-busy-poll-50", "busy_poll_us = 50", true);
     let mut rigs = vec![on, off, Rig::relay(), w2, bp];
     // The relay carries plain datagrams as long as the sealed ones.
-    let pads = [0, 0, 8 + OVERHEAD, 0, 0];
+    let mut pads = vec![0, 0, 8 + OVERHEAD, 0, 0];
+    // The kernel forwarding between namespaces, where it can be built.
+    match KernelPath::unavailable() {
+        None => {
+            rigs.extend([Rig::kernel(true), Rig::kernel(false)]);
+            pads.extend([8 + OVERHEAD, 8 + OVERHEAD]);
+        }
+        Some(why) => {
+            let _ = writeln!(report, "\nkernel forwarding between namespaces skipped: {why}");
+        }
+    }
     let mut res = vec![vec![(Vec::new(), Vec::new(), Vec::new()); SIZES.len()]; rigs.len()];
     for rep in 0..reps {
         for (si, size) in SIZES.iter().enumerate() {
@@ -642,6 +808,10 @@ fn datapath(dir: &Path, reps: usize, window: Duration, report: &mut String) {
         let relay_us = median(&res[2][si].1);
         for (ri, r) in rigs.iter().enumerate() {
             let (rate, us, off) = (median(&res[ri][si].0), median(&res[ri][si].1), median(&res[ri][si].2));
+            if us.is_nan() {
+                let _ = writeln!(report, "| {size} | {} | {rate:.0} | {off:.0} | n/a | n/a |", r.label);
+                continue;
+            }
             let _ =
                 writeln!(report, "| {size} | {} | {rate:.0} | {off:.0} | {us:.2} | {:.3} |", r.label, us / relay_us);
         }
