@@ -19,7 +19,11 @@
 //!   client's buffer (negotiated at bind: the client's region, bounded by the
 //!   pod's buffer) into the pod's buffer, run the offer's entry
 //!   `(state, in_len) -> out_len`, and copy `out_len` bytes back.
-//! - `pod.unbind(binding)` frees the slot.
+//! - `pod.unbind(binding)` frees the slot; if the binding was full and the
+//!   pod exports `pod_unbind(state)`, that runs first, on the caller's
+//!   budget, so the pod can free the client's state. A client that goes
+//!   away (its module unloaded) has its full bindings unbound the same way,
+//!   on the pod's own per-call `cpu`.
 //!
 //! Invariants:
 //! - A pod never sees its caller's memory, nor the caller its pod's: the host
@@ -246,6 +250,12 @@ pub struct PodCounters {
     pub busy: u64,
     /// Calls refused because the caller had less than `min_fuel` left.
     pub short: u64,
+    /// `pod_unbind` runs (a client unbound, or went away, with a full
+    /// binding).
+    pub unbinds: u64,
+    /// Full bindings dropped without `pod_unbind`, because the pod was
+    /// running at the time (a cycle of pods) or was restored since.
+    pub unbinds_missed: u64,
     /// Fuel spent in the pod, charged to its callers.
     pub fuel: u64,
 }
@@ -321,6 +331,8 @@ struct Live {
     bind: TypedFunc<i32, i32>,
     offers: Vec<Offer>,
     buf: (usize, usize),
+    /// The pod's optional `pod_unbind(state)`.
+    unbind: Option<TypedFunc<i32, ()>>,
     /// With [`OnFault::Rollback`]: the state before the running call.
     snapshot: Option<Snapshot>,
 }
@@ -632,7 +644,8 @@ impl PodHub {
             let check = inst.get_typed_func::<(), i32>(&mut store, "pod_check").ok();
             Snapshot { values: Vec::with_capacity(globals.len()), globals, memory: Vec::new(), check }
         });
-        Ok(Live { store, memory, bind, offers, buf: (p, l), snapshot })
+        let unbind = inst.get_typed_func::<i32, ()>(&mut store, "pod_unbind").ok();
+        Ok(Live { store, memory, bind, offers, buf: (p, l), unbind, snapshot })
     }
 
     /// Unloads a pod. Bindings to it fail with [`E_GONE`] at their next use.
@@ -686,9 +699,35 @@ impl PodHub {
         self.tables.len()
     }
 
-    /// Forgets a client's bindings (the module was unloaded).
+    /// Forgets a client's bindings (the module was unloaded). Each full
+    /// binding is unbound in its pod (`pod_unbind`, under the pod's own
+    /// per-call `cpu`, with the binder locked: it cannot call other pods).
     pub fn forget_client(&mut self, client: Client) {
-        self.tables.remove(&client);
+        let Some(table) = self.tables.remove(&client) else { return };
+        for (_, _, b) in table.iter() {
+            let Some(begun) = self.unbind_begin(b) else { continue };
+            let Some(mut live) = self.pods.get_mut(&begun.pod).and_then(|p| p.live.take()) else { continue };
+            let ran = run_pod(&mut live, &begun, 0, begun.cap, &[]);
+            self.finish(client, &begun, live, &ran);
+        }
+    }
+
+    /// Whether binding `b`, being removed, should have `pod_unbind` run: it
+    /// is full, its pod is the instance it was made with and has the export.
+    /// Counts an unbind the pod misses because it is running.
+    fn unbind_begin(&mut self, b: &Binding) -> Option<Begun> {
+        let state = b.state?;
+        let pod = self.pods.get_mut(&b.pod).filter(|p| p.epoch == b.epoch)?;
+        match pod.live.as_ref() {
+            Some(l) if l.unbind.is_none() => return None,
+            Some(_) => {}
+            None => {
+                pod.counters.unbinds_missed += 1;
+                return None;
+            }
+        }
+        pod.counters.unbinds += 1;
+        Some(Begun { binding: 0, pod: b.pod, offer: UNBIND, state: Some(state), region: (0, 0), cap: pod.cpu })
     }
 
     /// Phase 1: a temporary binding of `client` to the offer `name`, if the
@@ -724,15 +763,17 @@ impl PodHub {
         }
     }
 
-    /// Removes a binding of `client`.
-    pub fn unbind(&mut self, client: Client, binding: i32) -> i32 {
-        match self.tables.get_mut(&client).and_then(|t| t.remove(0, binding)) {
-            Some(_) => 0,
-            None => {
-                self.counters.bad_binding += 1;
-                E_BADID
-            }
-        }
+    /// Removes a binding of `client`; a full one whose pod exports
+    /// `pod_unbind` is returned with the pod's instance taken out, for the
+    /// caller to run it (the binder is not locked while pod code runs).
+    fn unbind_take(&mut self, client: Client, binding: i32) -> Result<Option<(Begun, Live)>, i32> {
+        let Some(b) = self.tables.get_mut(&client).and_then(|t| t.remove(0, binding)) else {
+            self.counters.bad_binding += 1;
+            return Err(E_BADID);
+        };
+        let Some(begun) = self.unbind_begin(&b) else { return Ok(None) };
+        let live = self.pods.get_mut(&begun.pod).and_then(|p| p.live.take());
+        Ok(live.map(|l| (begun, l)))
     }
 
     /// The checks before a call, then the pod's instance taken out.
@@ -847,6 +888,9 @@ impl PodHub {
     }
 }
 
+/// [`Begun::offer`] of a `pod_unbind` run.
+const UNBIND: usize = usize::MAX;
+
 /// A call under way: what [`PodHub::begin`] found.
 struct Begun {
     binding: i32,
@@ -920,6 +964,10 @@ fn run_pod(live: &mut Live, b: &Begun, depth: u32, budget: u64, input: &[u8]) ->
     live.store.data_mut().depth = depth + 1;
     let _ = live.store.set_fuel(budget);
     let r = match (b.state, live.offers.get(b.offer)) {
+        (Some(s), _) if b.offer == UNBIND => match live.unbind.as_ref() {
+            Some(f) => f.call(&mut live.store, s).map(|()| 0),
+            None => Ok(0),
+        },
         (None, _) => live.bind.call(&mut live.store, n as i32),
         (Some(s), Some(f)) => f.call(&mut live.store, (s, n as i32)),
         (Some(_), None) => Ok(E_POD),
@@ -1077,8 +1125,8 @@ pub(crate) fn define_for_modules(
             r
         })
     })?;
-    l.func_wrap_async("pod", "unbind", |c: Caller<'_, crate::host::TenantState>, (b,): (i32,)| {
-        let r = unbind(&c, b);
+    l.func_wrap_async("pod", "unbind", |mut c: Caller<'_, crate::host::TenantState>, (b,): (i32,)| {
+        let r = unbind(&mut c, b);
         Box::new(async move { r })
     })?;
     Ok(())
@@ -1099,12 +1147,31 @@ impl core::future::Future for YieldOnce {
     }
 }
 
-fn unbind<T: PodClient>(c: &Caller<'_, T>, b: i32) -> i32 {
-    let Some((hub, client, _, _)) = c.data().pod_client() else { return E_CONTEXT };
-    match hub.try_lock() {
-        Ok(mut h) => h.unbind(client, b),
-        Err(_) => E_CONTEXT,
+/// `pod.unbind(binding) -> 0 | E_*`: the binding goes; a full one first
+/// runs the pod's `pod_unbind(state)`, if it has one, on the caller's budget
+/// (charged to the caller like a call; its faults restore the pod by its
+/// policy, and the unbind still succeeds).
+fn unbind<T: PodClient>(c: &mut Caller<'_, T>, b: i32) -> i32 {
+    let Some((hub, client, _, depth)) = c.data().pod_client() else { return E_CONTEXT };
+    let caller_fuel = c.get_fuel().ok();
+    let taken = match hub.try_lock() {
+        Ok(mut h) => h.unbind_take(client, b),
+        Err(_) => return E_CONTEXT,
+    };
+    let (begun, mut live) = match taken {
+        Ok(Some(t)) => t,
+        Ok(None) => return 0,
+        Err(e) => return e,
+    };
+    let budget = caller_fuel.map_or(begun.cap, |f| f.min(begun.cap));
+    let ran = run_pod(&mut live, &begun, depth, budget, &[]);
+    if let Some(f) = caller_fuel {
+        let _ = c.set_fuel(f.saturating_sub(ran.used));
     }
+    if let Ok(mut h) = hub.try_lock() {
+        h.finish(client, &begun, live, &ran);
+    }
+    0
 }
 
 /// Defines the `pod` import module in `l` (synchronous calls).
@@ -1113,6 +1180,6 @@ pub(crate) fn define_pod<T: PodClient + Send + 'static>(l: &mut Linker<T>) -> wa
         bind(&mut c, np, nl, bp, bl)
     })?;
     l.func_wrap("pod", "call", |mut c: Caller<'_, T>, b: i32, len: i32| -> i32 { call(&mut c, b, len) })?;
-    l.func_wrap("pod", "unbind", |c: Caller<'_, T>, b: i32| -> i32 { unbind(&c, b) })?;
+    l.func_wrap("pod", "unbind", |mut c: Caller<'_, T>, b: i32| -> i32 { unbind(&mut c, b) })?;
     Ok(())
 }

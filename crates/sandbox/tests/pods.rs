@@ -832,3 +832,73 @@ fn rollback_is_refused_for_pods_whose_state_the_node_cannot_capture() {
     .unwrap();
     assert!(anode_sandbox::pods::rollback_check(b"\0asm\x01\0\0\0\x06\x01").is_err(), "a truncated section");
 }
+
+/// A pod with a table of 3 client slots at 1024: `pod_bind` takes a free
+/// slot (its index + 1 is the client's state) or refuses when all are
+/// taken; `pod_unbind(state)` frees it. `used` returns [slots in use (4 LE)];
+/// `arm` makes the next `pod_unbind` trap.
+fn table_pod() -> Vec<u8> {
+    wat(r#"(module
+        (memory (export "memory") 1)
+        (global $armed (export "armed") (mut i32) (i32.const 0))
+        (func (export "pod_buffer") (result i32) (i32.const 0))
+        (func (export "pod_buffer_len") (result i32) (i32.const 256))
+        (func (export "pod_bind") (param i32) (result i32) (local $i i32)
+          (block $full (loop $l
+            (br_if $full (i32.ge_u (local.get $i) (i32.const 3)))
+            (if (i32.eqz (i32.load8_u (i32.add (i32.const 1024) (local.get $i)))) (then
+              (i32.store8 (i32.add (i32.const 1024) (local.get $i)) (i32.const 1))
+              (return (i32.add (local.get $i) (i32.const 1)))))
+            (local.set $i (i32.add (local.get $i) (i32.const 1)))
+            (br $l)))
+          (i32.const -1))
+        (func (export "pod_unbind") (param $s i32)
+          (if (global.get $armed) (then unreachable))
+          (i32.store8 (i32.add (i32.const 1023) (local.get $s)) (i32.const 0)))
+        (func (export "offer.used") (param i32 i32) (result i32)
+          (i32.store (i32.const 0) (i32.add (i32.add (i32.load8_u (i32.const 1024)) (i32.load8_u (i32.const 1025)))
+            (i32.load8_u (i32.const 1026))))
+          (i32.const 4))
+        (func (export "offer.arm") (param i32 i32) (result i32) (global.set $armed (i32.const 1)) (i32.const 0)))"#)
+}
+
+fn unbind(sb: &mut Sandbox, m: ModuleId, binding: i32) -> Result<i32, InvokeError> {
+    sb.invoke(now(3), m, "unbind", &binding.to_le_bytes(), &mut Vec::new())
+}
+
+#[test]
+fn a_pod_frees_a_clients_state_when_it_unbinds_or_goes_away() {
+    let mut sb = sandbox();
+    load_pod(&mut sb, &table_pod(), "table", Some(100_000));
+    let a = load_client(&mut sb, user(), None);
+    let b = load_client(&mut sb, second(), None);
+    let a1 = bind_full(&mut sb, a, "table.used");
+    let _a2 = bind_full(&mut sb, a, "table.used");
+    let _b1 = bind_full(&mut sb, b, "table.used");
+    let (_, bytes) = call(&mut sb, a, a1, b"");
+    assert_eq!(le(&bytes, 0), 3);
+    // Full: the pod refuses a fourth client state.
+    let t = bind(&mut sb, a, "table.used");
+    assert_eq!(call(&mut sb, a, t, b"").0, Ok(E_REFUSED));
+    // An unbind runs pod_unbind: the slot is free again.
+    assert_eq!(unbind(&mut sb, a, a1), Ok(0));
+    assert_eq!(sb.pods()[0].counters.unbinds, 1);
+    let a3 = bind_full(&mut sb, a, "table.used");
+    // A temporary binding (never full) unbinds without pod code.
+    let t = bind(&mut sb, a, "table.used");
+    assert_eq!(unbind(&mut sb, a, t), Ok(0));
+    assert_eq!(sb.pods()[0].counters.unbinds, 1);
+    // b goes away: its binding is unbound in the pod too.
+    assert!(sb.unload(b));
+    assert_eq!(sb.pods()[0].counters.unbinds, 2);
+    let (_, bytes) = call(&mut sb, a, a3, b"");
+    assert_eq!(le(&bytes, 0), 2, "a's two slots; b's was freed");
+    // A pod_unbind that traps: the unbind still succeeds, the pod is reset
+    // by its policy (bindings to the old instance are gone).
+    let arm = bind_full(&mut sb, a, "table.arm");
+    assert_eq!(call(&mut sb, a, arm, b"").0, Ok(0));
+    assert_eq!(unbind(&mut sb, a, a3), Ok(0));
+    let p = &sb.pods()[0];
+    assert_eq!((p.counters.unbinds, p.counters.traps, p.counters.resets), (3, 1, 1));
+    assert_eq!(call(&mut sb, a, arm, b"").0, Ok(E_GONE));
+}

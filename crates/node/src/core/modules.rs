@@ -115,7 +115,8 @@ impl Node {
                 "counters": {"invocations": c.calls, "ok": c.calls.saturating_sub(c.traps + c.cut_off), "traps": c.traps,
                              "cpu_exhausted": c.cut_off, "memory_exhausted": 0, "binds": c.binds, "accepted": c.accepted,
                              "refused": c.refused, "denied": c.denied, "busy": c.busy, "resets": c.resets, "rollbacks": c.rollbacks,
-                             "rollback_failed": c.rollback_failed, "fuel": c.fuel},
+                             "rollback_failed": c.rollback_failed, "unbinds": c.unbinds,
+                             "unbinds_missed": c.unbinds_missed, "fuel": c.fuel},
             })
         }));
         json!(list)
