@@ -902,3 +902,47 @@ fn a_pod_frees_a_clients_state_when_it_unbinds_or_goes_away() {
     assert_eq!((p.counters.unbinds, p.counters.traps, p.counters.resets), (3, 1, 1));
     assert_eq!(call(&mut sb, a, arm, b"").0, Ok(E_GONE));
 }
+
+#[test]
+fn a_pod_is_unloaded_when_its_credential_expires() {
+    let mut sb = sandbox();
+    let code = store_pod();
+    let cred = |expires: u64| {
+        common::issuer()
+            .issue(
+                user(),
+                &anode_cred::GrantSpec {
+                    modules: vec![ModuleGrant::Hash(ModuleHash::of(&code))],
+                    interfaces: anode_cred::InterfaceSet::of(&[Interface::Pod]),
+                    limits: limits(),
+                    expires: Some(now(expires).wall),
+                },
+            )
+            .unwrap()
+            .to_bytes()
+            .to_vec()
+    };
+    let (short, long) = (cred(5_000), cred(60_000));
+    sb.load_pod(now(0), &pod_spec(&code, &short, "brief", None)).unwrap();
+    sb.load_pod(now(0), &pod_spec(&code, &long, "lasting", None)).unwrap();
+    let a = load_client(&mut sb, user(), None);
+    let bb = bind_full(&mut sb, a, "brief.count");
+    let bl = bind_full(&mut sb, a, "lasting.count");
+    // The sandbox asks to be woken at the expiry.
+    assert_eq!(sb.poll_at(), Some(5_000));
+    let mut out = Vec::new();
+    sb.handle_timeout(now(4_999), &mut out);
+    assert_eq!(sb.pods().len(), 2, "not before its date");
+    sb.handle_timeout(now(5_000), &mut out);
+    let names: Vec<String> = sb.pods().into_iter().map(|p| p.name).collect();
+    assert_eq!(names, ["lasting"], "unloaded at its date; the other stays");
+    assert_eq!(sb.counters().credential_unloads, 1);
+    assert_eq!(call(&mut sb, a, bb, b"").0, Ok(E_GONE), "its clients find it gone");
+    assert_eq!(call(&mut sb, a, bl, b"").0, Ok(8));
+    assert_eq!(sb.poll_at(), Some(60_000));
+    // A pod unloaded by the operator before its date is not looked at again.
+    let id = sb.pods()[0].id;
+    assert!(sb.unload_pod(id));
+    sb.handle_timeout(now(60_000), &mut out);
+    assert_eq!(sb.counters().credential_unloads, 1);
+}

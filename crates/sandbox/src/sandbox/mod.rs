@@ -576,6 +576,11 @@ pub struct Sandbox {
     alarms: BinaryHeap<Reverse<(u64, ModuleId, i32)>>,
     /// When loaded modules' credentials must be decided again (ms, module).
     rechecks: BinaryHeap<Reverse<(u64, ModuleId)>>,
+    /// The same for pods (ms, pod); what to decide on is in `pod_recheck`.
+    pod_rechecks: BinaryHeap<Reverse<(u64, crate::pods::PodId)>>,
+    /// Loaded pods whose credential has a date: the request to decide
+    /// again, with the pod's name and interfaces.
+    pod_recheck: HashMap<crate::pods::PodId, (Recheck, String, InterfaceSet)>,
     /// Invocations since the node last took them (who ran, and what it used).
     invocations: Vec<Invocation>,
     fetches: HashMap<ModuleHash, Fetch>,
@@ -638,6 +643,8 @@ impl Sandbox {
             channels: Vec::new(),
             alarms: BinaryHeap::new(),
             rechecks: BinaryHeap::new(),
+            pod_rechecks: BinaryHeap::new(),
+            pod_recheck: HashMap::new(),
             invocations: Vec::new(),
             fetches: HashMap::new(),
             defer_capsules: false,

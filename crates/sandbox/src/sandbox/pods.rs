@@ -55,6 +55,7 @@ impl Sandbox {
         if let Some(i) = ins.imports.iter().find(|i| i.interface != Some(Interface::Pod)) {
             return Err(PodError::ForbiddenImport(format!("{}.{}", i.module, i.name)));
         }
+        let recheck_at = grant.recheck_at;
         let load = PodLoad {
             name: spec.name,
             principal: grant.principal,
@@ -65,11 +66,62 @@ impl Sandbox {
             on_fault: spec.on_fault,
             min_fuel: spec.min_fuel,
         };
-        self.pods.lock().map_err(|_| PodError::Instantiate("pod hub poisoned".into()))?.load(&load)
+        let id = self.pods.lock().map_err(|_| PodError::Instantiate("pod hub poisoned".into()))?.load(&load)?;
+        // A credential with a date is decided again then, as a module's is.
+        if let (Some(at), Some(c)) = (recheck_at, spec.credential) {
+            let rc = Recheck { credential: c.into(), requester: spec.requester, limits: spec.limits, info: ins.info };
+            self.pod_recheck.insert(id, (rc, spec.name.to_string(), ins.interfaces));
+            self.schedule_pod_recheck(now, id, at);
+        }
+        Ok(id)
+    }
+
+    fn schedule_pod_recheck(&mut self, now: Now, id: PodId, at: std::time::SystemTime) {
+        let delay = at.duration_since(now.wall).map_or(0, |d| d.as_millis().min(u64::MAX as u128) as u64);
+        self.pod_rechecks.push(Reverse((now.ms.saturating_add(delay), id)));
+    }
+
+    /// Decides again on the credentials of pods whose date has come; a pod
+    /// its credential no longer allows is unloaded (its clients get
+    /// `E_GONE`), counted in `credential_unloads`.
+    pub(super) fn recheck_pods_due(&mut self, now: Now) {
+        while let Some(Reverse((at, id))) = self.pod_rechecks.peek().copied() {
+            if at > now.ms {
+                break;
+            }
+            self.pod_rechecks.pop();
+            let Some((rc, name, interfaces)) = self.pod_recheck.get(&id) else { continue };
+            let req = LoadRequest {
+                credential: Some(&rc.credential),
+                requester: rc.requester,
+                code: &rc.info,
+                local_name: Some(name),
+                interfaces: *interfaces,
+                limits: rc.limits,
+            };
+            match self.verifier.authorize(now.wall, &req) {
+                Ok(g) => {
+                    if let Some(t) = g.recheck_at {
+                        // Dates are whole seconds: one that still holds at
+                        // its own date is looked at again a second later.
+                        let t = if t > now.wall { t } else { now.wall + std::time::Duration::from_secs(1) };
+                        self.schedule_pod_recheck(now, id, t);
+                    } else {
+                        self.pod_recheck.remove(&id);
+                    }
+                }
+                Err(e) => {
+                    warn!(pod = %id, name = %name, reason = %e, "pod unloaded: its credential no longer allows it");
+                    self.unload_pod(id);
+                    self.counters.credential_unloads += 1;
+                }
+            }
+        }
     }
 
     /// Unloads a pod; later calls on bindings to it get `E_GONE`.
     pub fn unload_pod(&mut self, id: PodId) -> bool {
+        self.pod_recheck.remove(&id);
         self.pods.lock().is_ok_and(|mut h| h.unload(id))
     }
 

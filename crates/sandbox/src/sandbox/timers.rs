@@ -14,7 +14,8 @@ impl Sandbox {
         let a = self.alarms.peek().map(|Reverse((d, _, _))| *d);
         let f = self.fetches.values().map(|f| f.deadline).min();
         let r = self.rechecks.peek().map(|Reverse((d, _))| *d);
-        [a, f, r].into_iter().flatten().min()
+        let p = self.pod_rechecks.peek().map(|Reverse((d, _))| *d);
+        [a, f, r, p].into_iter().flatten().min()
     }
 
     /// Fires due alarms (at most [`SandboxConfig::alarms_per_poll`]), expires
@@ -36,6 +37,7 @@ impl Sandbox {
     /// job starts.
     pub fn due_jobs(&mut self, now: Now, jobs: &mut Vec<Job>) {
         self.recheck_due(now);
+        self.recheck_pods_due(now);
         let mut n = 0;
         while n < self.cfg.alarms_per_poll {
             let Some(Reverse((d, module, handle))) = self.alarms.peek().copied() else { break };
