@@ -40,6 +40,11 @@ pub enum ModuleCmd {
         /// With --pod: the same as `--on-fault retire`.
         #[arg(long, requires = "pod", conflicts_with = "on_fault")]
         retire: bool,
+        /// With --pod: a principal whose modules may bind to it (a .pub or
+        /// .key file); repeat for more, at most 64. Without it, any principal
+        /// whose module's credential grants `pod` may.
+        #[arg(long = "client", value_name = "KEY", requires = "pod")]
+        clients: Vec<PathBuf>,
         /// With --pod: fuel a caller must have left for a call to enter it.
         #[arg(long, value_name = "FUEL", requires = "pod", default_value_t = 0)]
         min_fuel: u64,
@@ -77,13 +82,26 @@ fn control(run_dir: &std::path::Path, req: &str) -> Result<String> {
 /// Runs `anode module`.
 pub fn run(c: ModuleCmd) -> Result<ExitCode> {
     let (file, credential, name, pod, target) = match c {
-        ModuleCmd::Load { file, credential, name, pod, on_fault, retire, min_fuel, target } => {
+        ModuleCmd::Load { file, credential, name, pod, on_fault, retire, clients, min_fuel, target } => {
             let on_fault = match if retire { "retire" } else { on_fault.as_str() } {
                 "retire" => FaultPolicy::Retire,
                 "rollback" => FaultPolicy::Rollback,
                 _ => FaultPolicy::Reset,
             };
-            (file, credential, name, pod.map(|p| (p, on_fault, min_fuel)), target)
+            if clients.len() > anode_wire::control::MAX_POD_CLIENTS {
+                bail!(
+                    "--client given {} times; a pod may name at most {}",
+                    clients.len(),
+                    anode_wire::control::MAX_POD_CLIENTS
+                );
+            }
+            let mut keys = Vec::with_capacity(32 * clients.len());
+            for c in &clients {
+                keys.extend_from_slice(
+                    crate::keys_cmd::public_of(c).with_context(|| format!("--client {}", c.display()))?.as_bytes(),
+                );
+            }
+            (file, credential, name, pod.map(|p| (p, on_fault, min_fuel, keys)), target)
         }
         ModuleCmd::List { run_dir, json } => {
             let answer = control(&run_dir, "modules")?;
@@ -124,9 +142,10 @@ pub fn run(c: ModuleCmd) -> Result<ExitCode> {
     let cred = std::fs::read(&credential).with_context(|| format!("reading {}", credential.display()))?;
     let mut body = Vec::new();
     let request = match &pod {
-        Some((name, on_fault, min_fuel)) => Message::PodLoad(PodLoadRequest {
+        Some((name, on_fault, min_fuel, keys)) => Message::PodLoad(PodLoadRequest {
             name,
             on_fault: *on_fault,
+            clients: (!keys.is_empty()).then_some(keys.as_slice()),
             min_fuel: *min_fuel,
             credential: &cred,
             code: &code,

@@ -111,11 +111,27 @@ fn a_user_loads_a_pod_over_an_authenticated_control_message() {
     // Without the pod right: refused, with the reason, nothing more loaded.
     let o = load(&cred("nopod.cred", &[Interface::Log]));
     assert!(!o.status.success() && text(&o).contains("refused"), "{}", text(&o));
+    let o = Command::new(ANODE).args(["module", "list", "--json", "--run-dir"]).arg(&b).output().unwrap();
+    let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(list.as_array().unwrap().iter().filter(|m| m["kind"] == "pod").count(), 1, "{list}");
     // Rollback asked of a pod that keeps state in unexported globals: the
     // policy travels (control body on_fault 2) and the node says why not.
     let o = load_as(&cred("pod3.cred", &[Interface::Pod]), &["--pod", "vault2", "--on-fault", "rollback"]);
     assert!(!o.status.success() && text(&o).contains("cannot be rolled back"), "{}", text(&o));
+    // An access list travels with the load (control body n_clients): two
+    // principals, by their key files.
+    let (_, other) = user_keys(&s.0.join("other"), "o");
+    let o = load_as(
+        &cred("pod4.cred", &[Interface::Pod]),
+        &["--pod", "vault3", "--client", upub.to_str().unwrap(), "--client", other.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", text(&o));
     let o = Command::new(ANODE).args(["module", "list", "--json", "--run-dir"]).arg(&b).output().unwrap();
     let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(list.as_array().unwrap().iter().filter(|m| m["kind"] == "pod").count(), 1, "{list}");
+    let clients: Vec<&serde_json::Value> =
+        list.as_array().unwrap().iter().filter(|m| m["kind"] == "pod").map(|m| &m["clients"]).collect();
+    assert_eq!(clients, [&serde_json::Value::Null, &serde_json::json!(2)], "{list}");
+    // A key that is not one: refused before anything is sent.
+    let o = load_as(&cred("pod5.cred", &[Interface::Pod]), &["--pod", "vault4", "--client", "/nonexistent.pub"]);
+    assert!(!o.status.success() && text(&o).contains("--client"), "{}", text(&o));
 }

@@ -288,6 +288,9 @@ pub struct PodInfo {
     pub offers: Vec<String>,
     /// Its fault policy.
     pub on_fault: OnFault,
+    /// How many principals its access list names (`None`: any principal
+    /// whose module's credential grants `pod`).
+    pub clients: Option<usize>,
     /// Its buffer length.
     pub buffer: u32,
     /// Its counters.
@@ -676,6 +679,7 @@ impl PodHub {
                 principal: p.principal,
                 offers: p.entries.clone(),
                 on_fault: p.on_fault,
+                clients: p.clients.as_ref().map(Vec::len),
                 buffer: p.buf_len as u32,
                 counters: p.counters,
             })

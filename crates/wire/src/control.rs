@@ -6,7 +6,8 @@
 //! ```text
 //! load request   0x01 | name_len (1) | name | cred_len (4) | credential | code
 //! pod load       0x02 | name_len (1) | name (1..) | on_fault (1: 0 reset, 1 retire, 2 rollback)
-//!                     | min_fuel (8) | cred_len (4) | credential | code
+//!                     | min_fuel (8) | n_clients (1: 0 anyone, 1..=64) | clients (32 each)
+//!                     | cred_len (4) | credential | code
 //! load reply     0x81 | 0x00 loaded         | module id (4)
 //!                     | 0x01 already loaded | module id (4)
 //!                     | 0x02 refused        | refusal kind (1) | reason (UTF-8)
@@ -27,6 +28,8 @@ pub const OP_POD_LOAD: u8 = 0x02;
 pub const OP_LOAD_REPLY: u8 = 0x81;
 /// Longest module name.
 pub const MAX_NAME: usize = 255;
+/// Most principals a pod load may name as the only ones allowed to bind.
+pub const MAX_POD_CLIENTS: usize = 64;
 /// Longest reason text in a reply (longer ones are cut at a char boundary).
 pub const MAX_REASON: usize = 1024;
 
@@ -55,6 +58,12 @@ pub enum Error {
     /// A field too long for its length prefix.
     #[error("{0} too long for its length field")]
     TooLong(&'static str),
+    /// A pod load names more than [`MAX_POD_CLIENTS`] clients.
+    #[error("a pod load names {0} clients (at most {MAX_POD_CLIENTS})")]
+    TooManyClients(usize),
+    /// A pod load's client list to emit is empty or not whole 32-byte keys.
+    #[error("a pod load's client list must be one or more 32-byte keys")]
+    BadClients,
 }
 
 /// A module load request.
@@ -91,6 +100,10 @@ pub struct PodLoadRequest<'a> {
     pub on_fault: FaultPolicy,
     /// Fuel a caller must have left for a call to enter the pod.
     pub min_fuel: u64,
+    /// The only principals whose modules may bind to it: their 32-byte
+    /// public keys, one after the other (at most [`MAX_POD_CLIENTS`]);
+    /// `None`: any principal whose module's credential grants `pod`.
+    pub clients: Option<&'a [u8]>,
     /// The credential (Biscuit bytes); it must grant `pod`.
     pub credential: &'a [u8],
     /// The pod's code.
@@ -230,6 +243,11 @@ impl<'a> Message<'a> {
                     c => return Err(Error::BadCode(c)),
                 };
                 let min_fuel = r.u64()?;
+                let clients = match r.u8()? as usize {
+                    0 => None,
+                    n if n > MAX_POD_CLIENTS => return Err(Error::TooManyClients(n)),
+                    n => Some(r.take(32 * n)?),
+                };
                 let cl = r.u32()? as usize;
                 let credential = r.take(cl)?;
                 let code = r.rest();
@@ -237,7 +255,7 @@ impl<'a> Message<'a> {
                     return Err(Error::BadName);
                 }
                 let name = core::str::from_utf8(name).map_err(|_| Error::BadName)?;
-                Ok(Message::PodLoad(PodLoadRequest { name, on_fault, min_fuel, credential, code }))
+                Ok(Message::PodLoad(PodLoadRequest { name, on_fault, min_fuel, clients, credential, code }))
             }
             OP_LOAD_REPLY => {
                 let reply = match r.u8()? {
@@ -265,7 +283,17 @@ impl<'a> Message<'a> {
     pub fn buffer_len(&self) -> usize {
         match self {
             Message::Load(l) => 1 + 1 + l.name.map_or(0, str::len) + 4 + l.credential.len() + l.code.len(),
-            Message::PodLoad(l) => 1 + 1 + l.name.len() + 1 + 8 + 4 + l.credential.len() + l.code.len(),
+            Message::PodLoad(l) => {
+                1 + 1
+                    + l.name.len()
+                    + 1
+                    + 8
+                    + 1
+                    + l.clients.map_or(0, <[u8]>::len)
+                    + 4
+                    + l.credential.len()
+                    + l.code.len()
+            }
             Message::LoadReply(LoadReply::Loaded(_) | LoadReply::AlreadyLoaded(_)) => 6,
             Message::LoadReply(LoadReply::Refused(_, why)) => 3 + cut(why, MAX_REASON).len(),
         }
@@ -294,10 +322,20 @@ impl<'a> Message<'a> {
                 if nl == 0 {
                     return Err(Error::BadName);
                 }
+                let clients = l.clients.unwrap_or_default();
+                let n = clients.len() / 32;
+                if clients.len() % 32 != 0 || l.clients.is_some_and(<[u8]>::is_empty) {
+                    return Err(Error::BadClients);
+                }
+                if n > MAX_POD_CLIENTS {
+                    return Err(Error::TooManyClients(n));
+                }
                 out.extend_from_slice(&[OP_POD_LOAD, nl]);
                 out.extend_from_slice(l.name.as_bytes());
                 out.push(l.on_fault as u8);
                 out.extend_from_slice(&l.min_fuel.to_be_bytes());
+                out.push(n as u8);
+                out.extend_from_slice(clients);
                 out.extend_from_slice(&cl.to_be_bytes());
                 out.extend_from_slice(l.credential);
                 out.extend_from_slice(l.code);
@@ -343,6 +381,7 @@ mod tests {
             name: "aes",
             on_fault: FaultPolicy::Retire,
             min_fuel: 100_000,
+            clients: None,
             credential: b"cred",
             code: b"\0asm",
         }));
@@ -350,6 +389,7 @@ mod tests {
             name: "cache",
             on_fault: FaultPolicy::Rollback,
             min_fuel: 0,
+            clients: Some(&[7u8; 64]),
             credential: b"c",
             code: b"",
         }));
@@ -374,19 +414,39 @@ mod tests {
         assert_eq!(p(&[]), Err(Error::Unknown(0)));
         assert_eq!(p(&[3]), Err(Error::Unknown(3)));
         // Pod loads: no name, a bad fault policy, short fields.
-        assert_eq!(p(&[2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]), Err(Error::BadName));
+        assert_eq!(p(&[2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]), Err(Error::BadName));
         assert_eq!(p(&[2, 1, b'a', 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]), Err(Error::BadCode(7)));
         assert_eq!(p(&[2, 1, b'a', 0, 0, 0]), Err(Error::Truncated));
         assert_eq!(p(&[2, 1, b'a', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9]), Err(Error::Truncated));
-        assert_eq!(p(&[2, 1, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]), Err(Error::BadName));
+        assert_eq!(p(&[2, 1, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]), Err(Error::BadName));
         let empty = Message::PodLoad(PodLoadRequest {
             name: "",
             on_fault: FaultPolicy::Reset,
             min_fuel: 0,
+            clients: None,
             credential: b"",
             code: b"",
         });
         assert_eq!(empty.emit(&mut Vec::new()), Err(Error::BadName));
+        // Client lists: too many, truncated, and ones that cannot be emitted.
+        let mut v = vec![2, 1, b'a', 0, 0, 0, 0, 0, 0, 0, 0, 0, 65];
+        v.extend_from_slice(&[0; 65 * 32 + 4]);
+        assert_eq!(p(&v), Err(Error::TooManyClients(65)));
+        assert_eq!(p(&[2, 1, b'a', 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 9, 9]), Err(Error::Truncated));
+        let with = |c: &'static [u8]| {
+            Message::PodLoad(PodLoadRequest {
+                name: "a",
+                on_fault: FaultPolicy::Reset,
+                min_fuel: 0,
+                clients: Some(c),
+                credential: b"",
+                code: b"",
+            })
+            .emit(&mut Vec::new())
+        };
+        assert_eq!(with(b""), Err(Error::BadClients));
+        assert_eq!(with(&[1; 33]), Err(Error::BadClients));
+        assert_eq!(with(&[1; 65 * 32]), Err(Error::TooManyClients(65)));
         assert_eq!(p(&[1, 5, b'a']), Err(Error::Truncated));
         assert_eq!(p(&[1, 0, 0, 0, 0, 9, 1]), Err(Error::Truncated));
         assert_eq!(p(&[1, 1, 0xff, 0, 0, 0, 0]), Err(Error::BadName));

@@ -78,7 +78,15 @@ impl Node {
                     requester: Some(PrincipalId(*key.as_bytes())),
                     name: req.name,
                     limits: Default::default(),
-                    clients: None,
+                    clients: req.clients.map(|c| {
+                        c.chunks_exact(32)
+                            .map(|k| {
+                                let mut id = [0u8; 32];
+                                id.copy_from_slice(k);
+                                PrincipalId(id)
+                            })
+                            .collect()
+                    }),
                     on_fault: match req.on_fault {
                         FaultPolicy::Reset => anode_sandbox::pods::OnFault::Reset,
                         FaultPolicy::Retire => anode_sandbox::pods::OnFault::Retire,

@@ -111,6 +111,7 @@ impl Node {
                 "names": [p.name],
                 "entries": p.offers,
                 "on_fault": format!("{:?}", p.on_fault).to_lowercase(),
+                "clients": p.clients,
                 "buffer": p.buffer,
                 "counters": {"invocations": c.calls, "ok": c.calls.saturating_sub(c.traps + c.cut_off), "traps": c.traps,
                              "cpu_exhausted": c.cut_off, "memory_exhausted": 0, "binds": c.binds, "accepted": c.accepted,
