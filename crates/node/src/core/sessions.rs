@@ -57,6 +57,11 @@ pub(crate) struct Sched {
     be_pool: PoolId,
     /// Each session's module pool.
     pools: HashMap<SessionId, PoolId>,
+    /// Pools on a session's other VPs (by VP index), for the channels that
+    /// name them, opened on first use with the session's pool spec.
+    vp_pools: HashMap<(SessionId, u8), PoolId>,
+    /// Each session's module pool spec.
+    pool_specs: HashMap<SessionId, PoolSpec>,
     /// The session a principal's modules run in (its first).
     by_principal: HashMap<PrincipalId, SessionId>,
     /// A task stopped at a preemption point, per VP, with its pool.
@@ -130,6 +135,8 @@ impl Sched {
             rcane,
             be_pool,
             pools: HashMap::new(),
+            vp_pools: HashMap::new(),
+            pool_specs: HashMap::new(),
             by_principal: HashMap::new(),
             suspended: HashMap::new(),
             credentials: HashMap::new(),
@@ -154,6 +161,32 @@ impl Sched {
         p.and_then(|p| self.by_principal.get(&p)).and_then(|s| self.pools.get(s)).copied().unwrap_or(self.be_pool)
     }
 
+    /// The pool of VP index `vp` of a principal's session, for a channel
+    /// that names it: opened on first use; index 0, an index the session
+    /// does not have, or no session: [`Sched::pool_for`].
+    fn pool_for_vp(&mut self, p: Option<PrincipalId>, vp: u8) -> PoolId {
+        let Some(sid) = p.and_then(|p| self.by_principal.get(&p).copied()) else { return self.pool_for(p) };
+        if vp == 0 {
+            return self.pool_for(p);
+        }
+        if let Some(pool) = self.vp_pools.get(&(sid, vp)) {
+            return *pool;
+        }
+        let now = self.rcane.sched().now();
+        let id = self.rcane.session_info(sid, now).ok().and_then(|i| i.vps.get(usize::from(vp)).map(|v| v.0));
+        let spec = self.pool_specs.get(&sid).copied();
+        match (id, spec) {
+            (Some(id), Some(spec)) => match self.rcane.open_pool_trusted(sid, id, spec) {
+                Ok(pool) => {
+                    self.vp_pools.insert((sid, vp), pool);
+                    pool
+                }
+                Err(_) => self.pool_for(p),
+            },
+            _ => self.pool_for(p),
+        }
+    }
+
     /// The session a principal's work is charged to.
     pub fn session_of(&self, owner: Owner) -> SessionId {
         match owner {
@@ -170,6 +203,7 @@ impl Sched {
         let Some((vp, _)) = info.vps.first().copied() else { return };
         if let Ok(pool) = self.rcane.open_pool_trusted(sid, vp, spec) {
             self.pools.insert(sid, pool);
+            self.pool_specs.insert(sid, spec);
             self.by_principal.entry(principal).or_insert(sid);
         }
     }
@@ -229,10 +263,9 @@ impl Sched {
     /// closed), to be posted again on Best-Effort's.
     fn take_session_jobs(&mut self, sid: SessionId) -> Vec<Job> {
         let now = self.rcane.sched().now();
-        match self.pools.get(&sid).copied() {
-            Some(p) => self.rcane.take_queued(p, now),
-            None => Vec::new(),
-        }
+        let vp_pools = self.vp_pools.iter().filter(|((s, _), _)| *s == sid).map(|(_, p)| *p);
+        let pools: Vec<PoolId> = self.pools.get(&sid).copied().into_iter().chain(vp_pools).collect();
+        pools.into_iter().flat_map(|p| self.rcane.take_queued(p, now)).collect()
     }
 
     /// Posts jobs on Best-Effort's module pool (refusals are counted).
@@ -247,6 +280,8 @@ impl Sched {
     /// (bounded by their fuel) so that their stores come back.
     pub fn session_closed(&mut self, sid: SessionId, vps: &[VpId]) -> Vec<Task> {
         self.pools.remove(&sid);
+        self.vp_pools.retain(|(s, _), _| *s != sid);
+        self.pool_specs.remove(&sid);
         self.sa_seen.remove(&sid);
         self.credentials.remove(&sid);
         self.by_principal.retain(|_, s| *s != sid);
@@ -338,7 +373,7 @@ impl Node {
                 let _ = s.rcane.charge_rx(sid, 1, bytes);
                 out.rx_for = p;
             }
-            let pool = s.pool_for(p);
+            let pool = s.pool_for_vp(p, job.vp);
             if s.post(pool, job).is_err() {
                 self.counters.drop(crate::counters::Drop::PoolFull);
             }
