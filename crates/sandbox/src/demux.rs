@@ -453,6 +453,8 @@ pub struct DemuxOutcome {
     pub full: usize,
     /// Channels for which it was too short for a sub-flow key.
     pub malformed: usize,
+    /// Channels whose session was over its receive reservation.
+    pub rate: usize,
 }
 
 /// One open channel in the table.

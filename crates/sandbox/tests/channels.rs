@@ -207,3 +207,25 @@ fn demux_spec_fuzz_seeds() {
         }
     }
 }
+
+#[test]
+fn the_session_heap_binds_a_fifo_larger_than_the_reservation() {
+    let mut sb = sandbox();
+    sb.set_session_heap(principal(1), Some(1 << 20));
+    let a = load(&mut sb, principal(1), None);
+    // A 16 MiB FIFO in a 1 MiB session: the heap stops it.
+    assert!(open(&mut sb, a, &bytes(&spec(5000, None, 16 << 20)), 0) >= 0);
+    let mut jobs = Vec::new();
+    for _ in 0..2000 {
+        sb.demux_into(Ipv4Addr::new(1, 1, 1, 1), 5000, &[0; 1000], &mut jobs);
+    }
+    let held = jobs.len();
+    assert!(held > 100 && held < 1000, "{held}");
+    let i = &sb.channel_infos()[0];
+    assert_eq!((i.delivered as usize, i.dropped_full as usize), (held, 2000 - held));
+    let u = sb.heap(&principal(1)).unwrap();
+    assert!(u.used <= 1 << 20 && u.refusals as usize >= 2000 - held, "{u:?}");
+    drop(jobs);
+    assert_eq!(sb.channel_infos()[0].queued_bytes, 0);
+    assert_eq!(sb.heap(&principal(1)).unwrap().queued, 0);
+}

@@ -190,7 +190,15 @@ impl Node {
                     // Inlined `demux`: the VM's outcome borrows the VM.
                     if has_channels
                         && let Some(m) = self.modules.as_ref()
-                        && let Some(o) = channel_demux(&m.sb, &mut self.to_channels, *port, hdr.src(), bytes)
+                        && let Some(o) = channel_demux(
+                            &m.sb,
+                            self.sched.as_deref_mut(),
+                            self.now_ms,
+                            &mut self.to_channels,
+                            *port,
+                            hdr.src(),
+                            bytes,
+                        )
                     {
                         count_demux(&mut self.counters, o);
                         continue;
@@ -249,15 +257,20 @@ impl Node {
 /// filter matched it.
 fn early_demux(node: &mut Node, port: u16, src: Ipv4Addr, payload: &[u8]) -> Option<()> {
     let m = node.modules.as_ref()?;
-    let o = channel_demux(&m.sb, &mut node.to_channels, port, src, payload)?;
+    let o =
+        channel_demux(&m.sb, node.sched.as_deref_mut(), node.now_ms, &mut node.to_channels, port, src, payload)?;
     count_demux(&mut node.counters, o);
     Some(())
 }
 
 /// [`Sandbox::demux_into`](anode_sandbox::Sandbox::demux_into), `None` if
 /// no channel matched (cheap when none is open).
+/// With RCANE on, a session's channels are policed at its receive
+/// reservation (if it has one).
 fn channel_demux(
     sb: &anode_sandbox::Sandbox,
+    sched: Option<&mut super::sessions::Sched>,
+    now_ms: u64,
     jobs: &mut Vec<anode_sandbox::Job>,
     port: u16,
     src: Ipv4Addr,
@@ -266,7 +279,13 @@ fn channel_demux(
     if !sb.has_channels() {
         return None;
     }
-    let o = sb.demux_into(src, port, payload, jobs);
+    let o = match sched {
+        Some(s) => {
+            let now_ns = s.ns(now_ms);
+            sb.demux_policed(src, port, payload, jobs, &mut |p, n| s.rx_allow(p, n as u64, now_ns))
+        }
+        None => sb.demux_into(src, port, payload, jobs),
+    };
     (o.matched > 0).then_some(o)
 }
 
@@ -275,8 +294,10 @@ fn channel_demux(
 fn count_demux(c: &mut crate::counters::Counters, o: anode_sandbox::demux::DemuxOutcome) {
     if o.queued > 0 {
         c.delivered += 1;
-    } else if o.malformed > 0 && o.full == 0 {
+    } else if o.malformed > 0 && o.full == 0 && o.rate == 0 {
         c.drop(Drop::ChannelMalformed);
+    } else if o.rate > 0 && o.full == 0 {
+        c.drop(Drop::ChannelRate);
     } else {
         c.drop(Drop::ChannelFull);
     }

@@ -80,6 +80,9 @@ pub(crate) struct Sched {
     tx: HashMap<PrincipalId, anode_sched::ByteBucket>,
     /// Every principal's best-effort transmit allowance, bytes/s.
     tx_default: u64,
+    /// What each session with a receive reservation may still receive on
+    /// its channels (bounded table, like `tx`).
+    rx: HashMap<PrincipalId, anode_sched::ByteBucket>,
     pub counters: SchedCounters,
 }
 
@@ -146,6 +149,7 @@ impl Sched {
             gone_check_at: None,
             tx: HashMap::new(),
             tx_default: DEFAULT_TX_BYTES_PER_SEC,
+            rx: HashMap::new(),
             counters: SchedCounters::default(),
         })
     }
@@ -247,6 +251,30 @@ impl Sched {
             }
         }
         let b = self.tx.entry(p).or_insert_with(|| anode_sched::ByteBucket::new(rate, burst, now_ns));
+        if b.rate() != rate {
+            b.set(rate, burst, now_ns);
+        }
+        b.take(bytes, now_ns)
+    }
+
+    /// Takes `bytes` of `p`'s receive allowance for its channels: a
+    /// session with a receive reservation is policed at it, in bursts of a
+    /// tenth of a second (64 KiB at least); a principal without one is not
+    /// (its channels' FIFOs and its VPs bound it). `false`: drop.
+    pub fn rx_allow(&mut self, p: PrincipalId, bytes: u64, now_ns: u64) -> bool {
+        let rate = self.by_principal.get(&p).map_or(0, |sid| self.rcane.rx_reserved(*sid));
+        if rate == 0 {
+            self.rx.remove(&p);
+            return true;
+        }
+        let burst = (rate / 10).max(64 << 10);
+        if !self.rx.contains_key(&p) && self.rx.len() >= MAX_TX_BUCKETS {
+            self.rx.retain(|_, b| !b.is_full(now_ns));
+            if self.rx.len() >= MAX_TX_BUCKETS {
+                return false;
+            }
+        }
+        let b = self.rx.entry(p).or_insert_with(|| anode_sched::ByteBucket::new(rate, burst, now_ns));
         if b.rate() != rate {
             b.set(rate, burst, now_ns);
         }

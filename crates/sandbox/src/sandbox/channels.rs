@@ -50,9 +50,30 @@ impl Sandbox {
     /// heap, or a drop counted against that channel only. The payload is
     /// copied for the channels that take it, and for no other.
     pub fn demux_into(&self, source: Ipv4Addr, port: u16, payload: &[u8], jobs: &mut Vec<Job>) -> DemuxOutcome {
+        self.demux_policed(source, port, payload, jobs, &mut |_, _| true)
+    }
+
+    /// [`Sandbox::demux_into`], with each matching channel's principal's
+    /// receive allowance asked first (`rx_allow(principal, bytes)`; false:
+    /// dropped and counted as `dropped_rate` on that channel).
+    pub fn demux_policed(
+        &self,
+        source: Ipv4Addr,
+        port: u16,
+        payload: &[u8],
+        jobs: &mut Vec<Job>,
+        rx_allow: &mut dyn FnMut(PrincipalId, usize) -> bool,
+    ) -> DemuxOutcome {
         let mut o = DemuxOutcome::default();
         for c in self.channels.lookup(port, source, payload) {
             o.matched += 1;
+            if let Some(m) = self.modules.get(&c.module)
+                && !rx_allow(m.principal, payload.len())
+            {
+                c.count_rate_drop();
+                o.rate += 1;
+                continue;
+            }
             // The queued packet is charged to its principal's heap: a
             // session that never reads its channel stops at its reservation.
             let Some(heap) = self.job_charge(c.module, payload.len()) else {
@@ -72,7 +93,7 @@ impl Sandbox {
                 }
                 Err(Refusal::Full) => o.full += 1,
                 Err(Refusal::Malformed) => o.malformed += 1,
-                Err(Refusal::Rate) => {}
+                Err(Refusal::Rate) => o.rate += 1,
             }
         }
         o
