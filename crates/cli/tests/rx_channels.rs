@@ -7,6 +7,9 @@
 //! Node a floods A's channel (4,000 packets at about 2,000 a second) while
 //! sending B a paced stream (200 packets, one every 10 ms).
 //!
+//! A third module, of B's, whose credential grants only port 5000 from
+//! 10.0.2.0/24, asks for a channel that would capture A's packets: refused.
+//!
 //! Checked: A's FIFO fills and its drops are counted on A's channel (and as
 //! `channel_full`); B's channel takes every packet of its stream and drops
 //! none; B's application receives all 200; B's VP was dispatched for them.
@@ -109,22 +112,15 @@ impl Env {
         out
     }
 
-    /// Writes `code` as `<name>.wasm`, issues its credential to `pubk` and
-    /// loads it over `key`'s SA.
-    fn load(&self, key: &Path, pubk: &Path, name: &str, code: &[u8]) {
+    /// Writes `code` as `<name>.wasm`, issues its credential to `pubk`
+    /// (with `extra` options) and loads it over `key`'s SA.
+    fn load(&self, key: &Path, pubk: &Path, name: &str, code: &[u8], extra: &[&str]) {
         let wasm = self.s.0.join(format!("{name}.wasm"));
         std::fs::write(&wasm, code).unwrap();
         let w = wasm.to_str().unwrap();
-        let cred = self.cred(pubk, &format!("{name}.cred"), &[
-            "--kind",
-            "module",
-            "--module",
-            w,
-            "--interface",
-            "net",
-            "--cpu",
-            "10000000",
-        ]);
+        let mut args = vec!["--kind", "module", "--module", w, "--interface", "net", "--cpu", "10000000"];
+        args.extend_from_slice(extra);
+        let cred = self.cred(pubk, &format!("{name}.cred"), &args);
         let o = self.run(key, &["module", "load", w, "--credential", cred.to_str().unwrap()]);
         assert!(o.status.success(), "{}", text(&o));
     }
@@ -174,10 +170,15 @@ fn a_flood_for_one_channel_costs_another_channel_on_the_same_port_nothing() {
     };
     let sid_a = env.session(&akey, &apub, "a", "1ms/20ms");
     let sid_b = env.session(&bkey, &bpub, "b", "2ms/10ms");
-    env.load(&akey, &apub, "flooded", &flooded_module());
-    env.load(&bkey, &bpub, "served", &served_module());
+    env.load(&akey, &apub, "flooded", &flooded_module(), &[]);
+    env.load(&bkey, &bpub, "served", &served_module(), &[]);
+    // A module of B's granted only port 5000 from 10.0.2.0/24 tries to
+    // capture A's traffic (any source, prefix `A`): refused, counted.
+    let capture = rx_wat(r"\01\00\13\88\00\00\0f\a0\01A\00", "(i32.const 0)");
+    env.load(&bkey, &bpub, "capture", &capture, &["--channel", "5000@10.0.2.0/24"]);
     let st = status(&c);
     assert_eq!(st["modules"]["channels"].as_array().unwrap().len(), 2, "{}", st["modules"]);
+    assert_eq!(st["modules"]["channel_refused"].as_u64(), Some(1), "{}", st["modules"]);
 
     // B's application on c.
     let mut app = Client::connect(&c).unwrap();
