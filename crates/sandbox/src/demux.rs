@@ -535,10 +535,36 @@ impl Route {
     }
 }
 
-/// The node's open channels by port, each port's most specific first.
+/// One port's routes: those with a source prefix, by prefix length
+/// (longest first) and then by masked address, and those without (any
+/// source).
+#[derive(Debug, Default)]
+struct PortRoutes {
+    by_len: Vec<(u8, HashMap<u32, Vec<Route>>)>,
+    any: Vec<Route>,
+}
+
+impl PortRoutes {
+    fn is_empty(&self) -> bool {
+        self.by_len.is_empty() && self.any.is_empty()
+    }
+}
+
+/// Inserts `r` after the routes of `v` at least as specific.
+fn insert_sorted(v: &mut Vec<Route>, r: Route) {
+    let key = r.spec.specificity();
+    let at = v.iter().position(|o| o.spec.specificity() < key).unwrap_or(v.len());
+    v.insert(at, r);
+}
+
+/// The node's open channels by port. Within a port, routes with a source
+/// prefix are found by one hash lookup per distinct prefix length (at most
+/// 33), longest first, then the port's any-source routes: a lookup's cost
+/// depends on the routes that could match the packet, not on how many
+/// channels other ports, or other source prefixes of the same port, hold.
 #[derive(Debug, Default)]
 pub struct DemuxTable {
-    by_port: HashMap<u16, Vec<Route>>,
+    by_port: HashMap<u16, PortRoutes>,
     len: usize,
 }
 
@@ -558,23 +584,46 @@ impl DemuxTable {
         self.len == 0
     }
 
-    /// Adds a channel, after the routes of its port that are at least as
-    /// specific.
+    /// Adds a channel.
     pub fn insert(&mut self, r: Route) {
-        let v = self.by_port.entry(r.spec.port).or_default();
-        let key = r.spec.specificity();
-        let at = v.iter().position(|o| o.spec.specificity() < key).unwrap_or(v.len());
-        v.insert(at, r);
+        let p = self.by_port.entry(r.spec.port).or_default();
+        match r.spec.source {
+            None => insert_sorted(&mut p.any, r),
+            Some(src) => {
+                let at = match p.by_len.iter().position(|(l, _)| *l <= src.len()) {
+                    Some(i) if p.by_len.get(i).is_some_and(|(l, _)| *l == src.len()) => i,
+                    Some(i) => {
+                        p.by_len.insert(i, (src.len(), HashMap::new()));
+                        i
+                    }
+                    None => {
+                        p.by_len.push((src.len(), HashMap::new()));
+                        p.by_len.len() - 1
+                    }
+                };
+                if let Some((_, m)) = p.by_len.get_mut(at) {
+                    insert_sorted(m.entry(u32::from(src.addr())).or_default(), r);
+                }
+            }
+        }
         self.len += 1;
     }
 
     /// Removes the channels for which `gone` is true.
     pub fn remove_where(&mut self, mut gone: impl FnMut(&Route) -> bool) {
         let mut n = 0;
-        self.by_port.retain(|_, v| {
-            v.retain(|r| !gone(r));
-            n += v.len();
-            !v.is_empty()
+        self.by_port.retain(|_, p| {
+            p.any.retain(|r| !gone(r));
+            n += p.any.len();
+            p.by_len.retain_mut(|(_, m)| {
+                m.retain(|_, v| {
+                    v.retain(|r| !gone(r));
+                    n += v.len();
+                    !v.is_empty()
+                });
+                !m.is_empty()
+            });
+            !p.is_empty()
         });
         self.len = n;
     }
@@ -590,19 +639,27 @@ impl DemuxTable {
     }
 
     /// The channels whose filter takes a packet for `port` from `source`
-    /// with `payload`, most specific first. Only `port`'s routes are looked at.
+    /// with `payload`: longest source prefix first, any-source last.
     pub fn lookup<'a>(
         &'a self,
         port: u16,
         source: Ipv4Addr,
         payload: &'a [u8],
     ) -> impl Iterator<Item = &'a Route> + 'a {
-        self.by_port.get(&port).into_iter().flatten().filter(move |r| r.spec.matches(source, payload))
+        let p = self.by_port.get(&port);
+        let a = u32::from(source);
+        let prefixed = p
+            .into_iter()
+            .flat_map(|p| p.by_len.iter())
+            .filter_map(move |(len, m)| m.get(&(a & mask(*len))))
+            .flatten();
+        let any = p.into_iter().flat_map(|p| p.any.iter());
+        prefixed.chain(any).filter(move |r| r.spec.matches(source, payload))
     }
 
     /// Every channel, for `anode status`.
     pub fn iter(&self) -> impl Iterator<Item = &Route> {
-        self.by_port.values().flatten()
+        self.by_port.values().flat_map(|p| p.by_len.iter().flat_map(|(_, m)| m.values().flatten()).chain(p.any.iter()))
     }
 }
 
@@ -706,8 +763,30 @@ mod tests {
         t.insert(Route::new(DemuxSpec::port_prefix(5000, vec![]).unwrap(), ModuleId(1), 1, 0));
         t.insert(Route::new(spec(), ModuleId(2), 1, 0));
         t.insert(Route::new(DemuxSpec::port_prefix(5001, vec![]).unwrap(), ModuleId(3), 1, 0));
+        t.insert(Route::new(
+            DemuxSpec {
+                source: Some(SourcePrefix::new(Ipv4Addr::new(10, 0, 1, 9), 32).unwrap()),
+                ..DemuxSpec::port_prefix(5000, vec![]).unwrap()
+            },
+            ModuleId(4),
+            1,
+            0,
+        ));
+        t.insert(Route::new(
+            DemuxSpec {
+                source: Some(SourcePrefix::new(Ipv4Addr::new(10, 0, 2, 0), 24).unwrap()),
+                ..DemuxSpec::port_prefix(5000, vec![]).unwrap()
+            },
+            ModuleId(5),
+            1,
+            0,
+        ));
+        assert_eq!(t.len(), 5);
         let m: Vec<u32> = t.lookup(5000, a, b"abcdef").map(|r| r.module.0).collect();
-        assert_eq!(m, [2, 1]);
+        assert_eq!(m, [4, 2, 1], "longest source prefix first, any source last");
+        assert_eq!(t.iter().count(), 5);
+        t.remove_module(ModuleId(4));
+        t.remove_module(ModuleId(5));
         assert_eq!(t.lookup(5000, Ipv4Addr::new(1, 1, 1, 1), b"abcdef").count(), 1);
         t.remove_module(ModuleId(2));
         assert_eq!(t.len(), 2);
