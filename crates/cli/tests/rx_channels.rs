@@ -127,14 +127,11 @@ impl Env {
 
     /// Opens a session with one VP `vp` for the holder of `key`: its id.
     fn session(&self, key: &Path, pubk: &Path, name: &str, vp: &str) -> String {
-        let sc = self.cred(pubk, &format!("{name}.session"), &[
-            "--kind",
-            "session",
-            "--vp-share",
-            "40%",
-            "--total-share",
-            "40%",
-        ]);
+        let sc = self.cred(
+            pubk,
+            &format!("{name}.session"),
+            &["--kind", "session", "--vp-share", "40%", "--total-share", "40%"],
+        );
         let o = self.run(key, &["session", "open", "--credential", sc.to_str().unwrap(), "--vp", vp]);
         assert!(o.status.success(), "{}", text(&o));
         String::from_utf8_lossy(&o.stdout).split_whitespace().nth(1).unwrap_or_default().to_string()

@@ -648,11 +648,8 @@ impl DemuxTable {
     ) -> impl Iterator<Item = &'a Route> + 'a {
         let p = self.by_port.get(&port);
         let a = u32::from(source);
-        let prefixed = p
-            .into_iter()
-            .flat_map(|p| p.by_len.iter())
-            .filter_map(move |(len, m)| m.get(&(a & mask(*len))))
-            .flatten();
+        let prefixed =
+            p.into_iter().flat_map(|p| p.by_len.iter()).filter_map(move |(len, m)| m.get(&(a & mask(*len)))).flatten();
         let any = p.into_iter().flat_map(|p| p.any.iter());
         prefixed.chain(any).filter(move |r| r.spec.matches(source, payload))
     }

@@ -86,11 +86,23 @@ pub(crate) enum Obj {
 /// Changes the sandbox must mirror in its demux and timer indexes.
 #[derive(Debug)]
 pub(crate) enum HostOp {
-    ChannelOpened { module: ModuleId, handle: i32, spec: crate::demux::DemuxSpec, vp: u8 },
+    ChannelOpened {
+        module: ModuleId,
+        handle: i32,
+        spec: crate::demux::DemuxSpec,
+        vp: u8,
+    },
     /// An open refused by the module's channel grants (counted).
     ChannelRefused,
-    ChannelClosed { module: ModuleId, handle: i32 },
-    AlarmSet { module: ModuleId, handle: i32, deadline: u64 },
+    ChannelClosed {
+        module: ModuleId,
+        handle: i32,
+    },
+    AlarmSet {
+        module: ModuleId,
+        handle: i32,
+        deadline: u64,
+    },
 }
 
 /// The capsule being run, for `net.forward_capsule`.
@@ -389,7 +401,10 @@ pub const FUNCTIONS: &[(&str, &[&str])] = &[
     (SESSION_MODULE, &["heap_request", "heap_reserved", "heap_used"]),
     ("log", &["write"]),
     ("route", &["this_host", "next_hop"]),
-    ("net", &["send", "deliver_local", "source", "forward_capsule", "open_channel", "open_channel_spec", "close_channel"]),
+    (
+        "net",
+        &["send", "deliver_local", "source", "forward_capsule", "open_channel", "open_channel_spec", "close_channel"],
+    ),
     ("time", &["now_ms", "set_alarm", "cancel_alarm"]),
     ("state", &["put", "get", "remove"]),
     ("marshal", &["encode", "field", "count"]),

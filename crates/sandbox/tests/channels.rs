@@ -8,7 +8,9 @@ mod common;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
-use anode_cred::{ChannelGrant, GrantSpec, Interface, InterfaceSet, ModuleGrant, ModuleHash, PrincipalId, RequestedLimits};
+use anode_cred::{
+    ChannelGrant, GrantSpec, Interface, InterfaceSet, ModuleGrant, ModuleHash, PrincipalId, RequestedLimits,
+};
 use anode_sandbox::demux::{DemuxSpec, SourcePrefix, SubKey};
 use anode_sandbox::host::{E_DENIED, E_INVAL};
 use anode_sandbox::{Job, JobKind, LoadSpec, ModuleId, Sandbox};

@@ -257,8 +257,7 @@ impl Node {
 /// filter matched it.
 fn early_demux(node: &mut Node, port: u16, src: Ipv4Addr, payload: &[u8]) -> Option<()> {
     let m = node.modules.as_ref()?;
-    let o =
-        channel_demux(&m.sb, node.sched.as_deref_mut(), node.now_ms, &mut node.to_channels, port, src, payload)?;
+    let o = channel_demux(&m.sb, node.sched.as_deref_mut(), node.now_ms, &mut node.to_channels, port, src, payload)?;
     count_demux(&mut node.counters, o);
     Some(())
 }
