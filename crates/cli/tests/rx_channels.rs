@@ -138,7 +138,7 @@ impl Env {
     }
 }
 
-fn channel<'a>(st: &'a serde_json::Value, prefix_len: u64, buffer: u64) -> &'a serde_json::Value {
+fn channel(st: &serde_json::Value, prefix_len: u64, buffer: u64) -> &serde_json::Value {
     st["modules"]["channels"]
         .as_array()
         .unwrap()

@@ -662,6 +662,8 @@ impl DemuxTable {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
 
     fn spec() -> DemuxSpec {
