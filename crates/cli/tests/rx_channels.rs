@@ -31,9 +31,9 @@ const APP_PORT: u16 = 6001;
 const FLOOD: usize = 4000;
 const STREAM: usize = 200;
 
-/// A module whose init opens a channel with the spec bytes `spec` (VP 0)
-/// calling `pkt`, whose body is `body`.
-fn rx_wat(spec: &str, body: &str) -> Vec<u8> {
+/// A module whose init opens a channel with the spec bytes `spec` on VP
+/// index `vp` of its session, calling `pkt`, whose body is `body`.
+fn rx_wat(spec: &str, vp: u8, body: &str) -> Vec<u8> {
     let src = format!(
         r#"(module
   (import "anode" "register" (func $reg (param i32 i32 i32) (result i32)))
@@ -50,7 +50,7 @@ fn rx_wat(spec: &str, body: &str) -> Vec<u8> {
   (elem (i32.const 0) $pkt)
   (func (export "anode_init")
     (drop (call $reg (i32.const 0) (i32.const 3) (i32.const 0)))
-    (global.set $opened (call $open (i32.const 16) (i32.const 11) (i32.const 0) (i32.const 3) (i32.const 0)))))"#
+    (global.set $opened (call $open (i32.const 16) (i32.const 11) (i32.const 0) (i32.const 3) (i32.const {vp})))))"#
     );
     wat::parse_str(src).unwrap()
 }
@@ -60,17 +60,19 @@ fn rx_wat(spec: &str, body: &str) -> Vec<u8> {
 fn flooded_module() -> Vec<u8> {
     rx_wat(
         r"\01\00\13\88\00\00\0f\a0\01A\00",
+        0,
         "(loop $l (local.set $i (i32.add (local.get $i) (i32.const 1)))
            (br_if $l (i32.lt_u (local.get $i) (i32.const 1000000))))
          (i32.const 0)",
     )
 }
 
-/// Port 5000, any source, payload prefix `B`, 64,000 bytes of FIFO; each
-/// packet to the local application on port 6001.
-fn served_module() -> Vec<u8> {
+/// Port 5000, any source, payload prefix `B`, 64,000 bytes of FIFO, on
+/// VP index `vp`; each packet to the local application on port 6001.
+fn served_module(vp: u8) -> Vec<u8> {
     rx_wat(
         r"\01\00\13\88\00\00\fa\00\01B\00",
+        vp,
         "(local.set $n (call $input (i32.const 1024) (i32.const 2048) (i32.const 0)))
          (drop (call $deliver (i32.const 6001) (i32.const 1024) (local.get $n)))
          (i32.const 0)",
@@ -125,14 +127,17 @@ impl Env {
         assert!(o.status.success(), "{}", text(&o));
     }
 
-    /// Opens a session with one VP `vp` for the holder of `key`: its id.
-    fn session(&self, key: &Path, pubk: &Path, name: &str, vp: &str) -> String {
+    /// Opens a session for the holder of `key` with `args` (VPs, receive
+    /// reservation): its id.
+    fn session(&self, key: &Path, pubk: &Path, name: &str, args: &[&str]) -> String {
         let sc = self.cred(
             pubk,
             &format!("{name}.session"),
             &["--kind", "session", "--vp-share", "40%", "--total-share", "40%"],
         );
-        let o = self.run(key, &["session", "open", "--credential", sc.to_str().unwrap(), "--vp", vp]);
+        let mut a = vec!["session", "open", "--credential", sc.to_str().unwrap()];
+        a.extend_from_slice(args);
+        let o = self.run(key, &a);
         assert!(o.status.success(), "{}", text(&o));
         String::from_utf8_lossy(&o.stdout).split_whitespace().nth(1).unwrap_or_default().to_string()
     }
@@ -147,17 +152,21 @@ fn channel(st: &serde_json::Value, prefix_len: u64, buffer: u64) -> &serde_json:
         .unwrap_or_else(|| panic!("no channel with a {buffer}-byte FIFO: {}", st["modules"]["channels"]))
 }
 
-fn session_vp(st: &serde_json::Value, sid: &str) -> serde_json::Value {
+fn session_vp(st: &serde_json::Value, sid: &str, index: usize) -> serde_json::Value {
     let s = st["rcane"]["sessions"].as_array().unwrap().iter().find(|s| s["session"].as_str() == Some(sid));
-    s.unwrap_or_else(|| panic!("no session {sid}: {}", st["rcane"]))["vps"][0].clone()
+    s.unwrap_or_else(|| panic!("no session {sid}: {}", st["rcane"]))["vps"][index].clone()
 }
 
-#[test]
-fn a_flood_for_one_channel_costs_another_channel_on_the_same_port_nothing() {
-    let s = Scratch::new("rx", "flood");
-    let (akey, apub) = user_keys(&s.0.join("a"), "a");
-    let (bkey, bpub) = user_keys(&s.0.join("b"), "b");
-    up_line3(&s, &["--user", apub.to_str().unwrap(), "--user", bpub.to_str().unwrap()]);
+/// The testbed a - b - c with the users `names`, commands pointed at c.
+fn up(tag: &str, names: &[&str]) -> (Env, PathBuf, Vec<(PathBuf, PathBuf)>) {
+    let s = Scratch::new("rx", tag);
+    let keys: Vec<_> = names.iter().map(|n| user_keys(&s.0.join(n), n)).collect();
+    let mut args = Vec::new();
+    for (_, p) in &keys {
+        args.push("--user");
+        args.push(p.to_str().unwrap());
+    }
+    up_line3(&s, &args);
     let c = s.tb().join("c");
     let env = Env {
         admin: s.tb().join("keys").join("admin.key"),
@@ -165,13 +174,21 @@ fn a_flood_for_one_channel_costs_another_channel_on_the_same_port_nothing() {
         node_key: s.tb().join("keys").join("c.pub"),
         s,
     };
-    let sid_a = env.session(&akey, &apub, "a", "1ms/20ms");
-    let sid_b = env.session(&bkey, &bpub, "b", "2ms/10ms");
+    (env, c, keys)
+}
+
+#[test]
+fn a_flood_for_one_channel_costs_another_channel_on_the_same_port_nothing() {
+    let (env, c, keys) = up("flood", &["a", "b"]);
+    let [(akey, apub), (bkey, bpub)] = <[_; 2]>::try_from(keys).unwrap();
+    let sid_a = env.session(&akey, &apub, "a", &["--vp", "1ms/20ms"]);
+    // B has two VPs; its channel names the second.
+    let sid_b = env.session(&bkey, &bpub, "b", &["--vp", "1ms/10ms", "--vp", "2ms/10ms"]);
     env.load(&akey, &apub, "flooded", &flooded_module(), &[]);
-    env.load(&bkey, &bpub, "served", &served_module(), &[]);
+    env.load(&bkey, &bpub, "served", &served_module(1), &[]);
     // A module of B's granted only port 5000 from 10.0.2.0/24 tries to
     // capture A's traffic (any source, prefix `A`): refused, counted.
-    let capture = rx_wat(r"\01\00\13\88\00\00\0f\a0\01A\00", "(i32.const 0)");
+    let capture = rx_wat(r"\01\00\13\88\00\00\0f\a0\01A\00", 0, "(i32.const 0)");
     env.load(&bkey, &bpub, "capture", &capture, &["--channel", "5000@10.0.2.0/24"]);
     let st = status(&c);
     assert_eq!(st["modules"]["channels"].as_array().unwrap().len(), 2, "{}", st["modules"]);
@@ -227,9 +244,47 @@ fn a_flood_for_one_channel_costs_another_channel_on_the_same_port_nothing() {
     assert_eq!(b["dropped_full"].as_u64(), Some(0), "{b}");
     assert_eq!(b["dropped_rate"].as_u64(), Some(0), "{b}");
     assert_eq!(got.len(), STREAM, "B's application received {} of {STREAM}", got.len());
-    // B's processing ran on B's VP; A's on A's.
-    let (va, vb) = (session_vp(&st, &sid_a), session_vp(&st, &sid_b));
-    eprintln!("A's VP: {va}\nB's VP: {vb}");
-    assert!(vb["received_ns_total"]["dispatches"].as_u64().unwrap() > 0, "{vb}");
-    assert!(va["received_ns_total"]["dispatches"].as_u64().unwrap() > 0, "{va}");
+    // B's processing ran on the VP its channel names (B's second), none
+    // on B's first; A's on A's.
+    let (va, vb0, vb1) = (session_vp(&st, &sid_a, 0), session_vp(&st, &sid_b, 0), session_vp(&st, &sid_b, 1));
+    eprintln!("A's VP: {va}\nB's VPs: {vb0}\n{vb1}");
+    let dispatches = |v: &serde_json::Value| v["received_ns_total"]["dispatches"].as_u64().unwrap();
+    assert!(dispatches(&vb1) > 0, "{vb1}");
+    assert_eq!(dispatches(&vb0), 0, "{vb0}");
+    assert!(dispatches(&va) > 0, "{va}");
+}
+
+#[test]
+fn a_session_over_its_receive_reservation_drops_on_its_channel() {
+    let (env, c, keys) = up("rate", &["b"]);
+    let (bkey, bpub) = keys.into_iter().next().unwrap();
+    // 20 kB/s: a burst of 64 KiB, then 20 kB a second.
+    env.session(&bkey, &bpub, "b", &["--vp", "2ms/10ms", "--rx", "20kB/s"]);
+    env.load(&bkey, &bpub, "served", &served_module(0), &[]);
+    let mut tx = Client::connect(env.s.tb().join("a")).unwrap();
+    let n = 300u64;
+    for i in 0..n {
+        let mut p = vec![b'B'; 1000];
+        p[1..9].copy_from_slice(&i.to_be_bytes());
+        tx.plain(C, PORT, 64, &p).unwrap();
+        // About 200 kB/s, ten times the reservation.
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Wait until c has seen them all (or 10 s).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let st = loop {
+        let st = status(&c);
+        let b = channel(&st, 1, 64_000).clone();
+        let seen: u64 = ["delivered", "dropped_full", "dropped_rate"].iter().map(|k| b[*k].as_u64().unwrap()).sum();
+        if seen >= n || Instant::now() > deadline {
+            break st;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let b = channel(&st, 1, 64_000);
+    eprintln!("B's channel: {b}");
+    let (delivered, rate) = (b["delivered"].as_u64().unwrap(), b["dropped_rate"].as_u64().unwrap());
+    assert_eq!(delivered + rate + b["dropped_full"].as_u64().unwrap(), n, "{b}");
+    assert!(rate > 0 && delivered >= 64, "policed at its reservation after its burst: {b}");
+    assert!(st["drops"]["channel_rate"].as_u64().unwrap() > 0, "{}", st["drops"]);
 }
