@@ -957,6 +957,18 @@ fn authority_words(e: &Effect) -> Vec<String> {
                     "its modules may import: {}",
                     if names.is_empty() { "no host interface".into() } else { names.join(", ") }
                 ));
+                let channels: Vec<String> = a
+                    .all("channel")
+                    .map(|t| match t {
+                        [p, s] => format!("port(s) {} from {}", str_term(p), str_term(s)),
+                        _ => "a malformed grant (every node refuses the credential)".into(),
+                    })
+                    .collect();
+                w.push(if channels.is_empty() {
+                    "its modules may open receive channels for any traffic (no channel grant)".into()
+                } else {
+                    format!("its modules may open receive channels only for: {}", channels.join("; "))
+                });
                 let l = e.limits.unwrap_or(Limits { memory: 0, cpu: 0, state: 0 });
                 w.push(format!(
                     "limits: memory {}, {} fuel per invocation, soft state {}",
