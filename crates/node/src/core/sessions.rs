@@ -167,7 +167,9 @@ impl Sched {
 
     /// The pool of VP index `vp` of a principal's session, for a channel
     /// that names it: opened on first use; index 0, an index the session
-    /// does not have, or no session: [`Sched::pool_for`].
+    /// does not have, or no session: [`Sched::pool_for`] (remembered, so a
+    /// flood for such a channel costs one lookup a packet, until the
+    /// session's reservation changes: [`Sched::revalidate_vp_pools`]).
     fn pool_for_vp(&mut self, p: Option<PrincipalId>, vp: u8) -> PoolId {
         let Some(sid) = p.and_then(|p| self.by_principal.get(&p).copied()) else { return self.pool_for(p) };
         if vp == 0 {
@@ -179,16 +181,33 @@ impl Sched {
         let now = self.rcane.sched().now();
         let id = self.rcane.session_info(sid, now).ok().and_then(|i| i.vps.get(usize::from(vp)).map(|v| v.0));
         let spec = self.pool_specs.get(&sid).copied();
-        match (id, spec) {
-            (Some(id), Some(spec)) => match self.rcane.open_pool_trusted(sid, id, spec) {
-                Ok(pool) => {
-                    self.vp_pools.insert((sid, vp), pool);
-                    pool
-                }
-                Err(_) => self.pool_for(p),
-            },
+        let pool = match (id, spec) {
+            (Some(id), Some(spec)) => self.rcane.open_pool_trusted(sid, id, spec).unwrap_or(self.pool_for(p)),
             _ => self.pool_for(p),
-        }
+        };
+        self.vp_pools.insert((sid, vp), pool);
+        pool
+    }
+
+    /// After session `sid`'s VPs changed: forgets the channel pools whose
+    /// VP is gone or is no longer at their index (a removed VP took its
+    /// pools with it), and the remembered fallbacks, so that the next
+    /// packet for such a channel finds or opens the right pool.
+    fn revalidate_vp_pools(&mut self, sid: SessionId) {
+        let now = self.rcane.sched().now();
+        let Ok(info) = self.rcane.session_info(sid, now) else {
+            self.vp_pools.retain(|(s, _), _| *s != sid);
+            return;
+        };
+        let main = self.pools.get(&sid).copied();
+        self.vp_pools.retain(|(s, idx), pool| {
+            if *s != sid {
+                return true;
+            }
+            let vp_at = info.vps.get(usize::from(*idx)).map(|v| v.0);
+            let pool_vp = info.pools.iter().find(|p| p.pool == *pool).map(|p| p.vp);
+            Some(*pool) != main && vp_at.is_some() && vp_at == pool_vp
+        });
     }
 
     /// The session a principal's work is charged to.
@@ -849,7 +868,10 @@ impl Node {
         }
         let Some(s) = self.sched.as_mut() else { return Reply::error(&anode_sched::RcaneError::Builtin) };
         match s.rcane.reserve(&p, sid, req, now_ns) {
-            Ok(g) => Reply::granted(&g),
+            Ok(g) => {
+                s.revalidate_vp_pools(sid);
+                Reply::granted(&g)
+            }
             Err(e) => Reply::error(&e),
         }
     }
