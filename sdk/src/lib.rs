@@ -46,6 +46,7 @@ pub mod sys {
         pub fn source() -> i32;
         pub fn forward_capsule(to: i32, ep: *const u8, el: i32, dp: *const u8, dl: i32, carry_code: i32) -> i32;
         pub fn open_channel(port: i32, pp: *const u8, pl: i32, ep: *const u8, el: i32) -> i32;
+        pub fn open_channel_spec(sp: *const u8, sl: i32, ep: *const u8, el: i32, vp: i32) -> i32;
         pub fn close_channel(h: i32) -> i32;
     }
     #[link(wasm_import_module = "time")]
@@ -81,6 +82,8 @@ pub enum Error {
     NotFound,
     /// Not available in this invocation.
     Context,
+    /// The module's credential does not grant it (a channel filter).
+    Denied,
     /// Another code.
     Other(i32),
 }
@@ -93,6 +96,7 @@ fn check(r: i32) -> Result<i32, Error> {
         -3 => Err(Error::Limit),
         -4 => Err(Error::NotFound),
         -5 => Err(Error::Context),
+        -6 => Err(Error::Denied),
         r => Err(Error::Other(r)),
     }
 }
@@ -229,6 +233,23 @@ pub mod net {
                 prefix.len() as i32,
                 entry.as_ptr(),
                 entry.len() as i32,
+            )
+        })
+        .map(Channel)
+    }
+    /// Opens a receive channel with a demultiplexing specification in the
+    /// byte format of docs/channels.md (port, source prefix, payload
+    /// prefix, sub-flow keys, FIFO bytes), processed on VP index `vp` of the
+    /// module's session. [`Error::Denied`]: the credential's channel grants
+    /// do not cover the filter.
+    pub fn open_channel_spec(spec: &[u8], entry: &str, vp: u8) -> Result<Channel, Error> {
+        check(unsafe {
+            super::sys::open_channel_spec(
+                spec.as_ptr(),
+                spec.len() as i32,
+                entry.as_ptr(),
+                entry.len() as i32,
+                i32::from(vp),
             )
         })
         .map(Channel)

@@ -148,6 +148,11 @@ struct ModuleOpts {
     /// net, time, state, marshal, or all). Issue default: none.
     #[arg(long = "interface", value_delimiter = ',', value_name = "NAMES")]
     interfaces: Option<Vec<String>>,
+    /// Receive channels its modules may open: PORTS/SOURCE, e.g.
+    /// `5000-5099@10.0.1.0/24` or `7@*` (docs/channels.md). Repeatable.
+    /// None: any channel (as credentials issued before channel grants).
+    #[arg(long = "channel", value_name = "PORTS@SOURCE")]
+    channels: Vec<String>,
     /// Linear memory, e.g. 16MiB (module and monitoring credentials). Issue default: 16MiB (monitor: 8MiB).
     #[arg(long, value_name = "SIZE")]
     memory: Option<String>,
@@ -240,6 +245,7 @@ impl ModuleOpts {
             (!self.signed.is_empty(), "--signed"),
             (!self.local.is_empty(), "--local"),
             (self.interfaces.is_some(), "--interface"),
+            (!self.channels.is_empty(), "--channel"),
             (self.cpu.is_some(), "--cpu"),
             (self.state.is_some(), "--state"),
         ] {
@@ -543,7 +549,20 @@ fn issue(a: IssueArgs) -> Result<ExitCode> {
                     state: m.state.as_deref().map(size).transpose()?.unwrap_or(64 << 10),
                 };
                 let interfaces = interfaces(m.interfaces.as_deref().unwrap_or(&[]))?;
-                issuer.issue(who, &GrantSpec { modules: grants, interfaces, limits, expires })
+                let channels = m
+                    .channels
+                    .iter()
+                    .map(|c| {
+                        let (ports, source) = c.split_once('@').unwrap_or((c.as_str(), "*"));
+                        anode_cred::ChannelGrant::parse(ports, source).map_err(|e| anyhow!("--channel {c}: {e}"))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let spec = GrantSpec { modules: grants, interfaces, limits, expires };
+                if channels.is_empty() {
+                    issuer.issue(who, &spec)
+                } else {
+                    issuer.issue_channels(who, &spec, &channels)
+                }
             }
             .map_err(|e| anyhow!("{e}"))?
         }
@@ -938,6 +957,18 @@ fn authority_words(e: &Effect) -> Vec<String> {
                     "its modules may import: {}",
                     if names.is_empty() { "no host interface".into() } else { names.join(", ") }
                 ));
+                let channels: Vec<String> = a
+                    .all("channel")
+                    .map(|t| match t {
+                        [p, s] => format!("port(s) {} from {}", str_term(p), str_term(s)),
+                        _ => "a malformed grant (every node refuses the credential)".into(),
+                    })
+                    .collect();
+                w.push(if channels.is_empty() {
+                    "its modules may open receive channels for any traffic (no channel grant)".into()
+                } else {
+                    format!("its modules may open receive channels only for: {}", channels.join("; "))
+                });
                 let l = e.limits.unwrap_or(Limits { memory: 0, cpu: 0, state: 0 });
                 w.push(format!(
                     "limits: memory {}, {} fuel per invocation, soft state {}",
@@ -1128,6 +1159,9 @@ fn attenuate(a: AttenuateArgs) -> Result<ExitCode> {
                 bail!(
                     "--admin-right, --signed and --local grant; attenuation can only narrow (use --module/--hash for \"only these modules\")"
                 );
+            }
+            if !m.channels.is_empty() {
+                bail!("--channel grants: channel grants are issued, not added by attenuation (docs/channels.md)");
             }
             let cur = e.limits.unwrap_or(Limits { memory: u64::MAX, cpu: u64::MAX, state: u64::MAX });
             let hb = |v: u64| human_bytes(v);

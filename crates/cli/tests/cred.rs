@@ -343,3 +343,46 @@ fn useful_errors() {
     assert!(good && out.contains("Session credentials (--kind session)") && out.contains("4ms/40ms"), "{out}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn module_credential_with_channel_grants() {
+    let d = setup("channels");
+    std::fs::write(d.join("m.wasm"), b"\0asm\x01\0\0\0").unwrap();
+    let cred = p(&d, "c.cred");
+    let issue = |extra: &[&str], out: &str| {
+        let mut a = vec!["cred", "issue", "--admin-key"];
+        let (admin, alice, wasm) = (p(&d, "admin.key"), p(&d, "alice.pub"), p(&d, "m.wasm"));
+        a.extend_from_slice(&[
+            admin.as_str(),
+            "--principal",
+            alice.as_str(),
+            "--kind",
+            "module",
+            "--module",
+            wasm.as_str(),
+        ]);
+        a.extend_from_slice(&["--interface", "net"]);
+        a.extend_from_slice(extra);
+        a.extend_from_slice(&["-o", out]);
+        anode(&a)
+    };
+    let (good, _, err) = issue(&["--channel", "5000-5099@10.0.1.0/24", "--channel", "7"], &cred);
+    assert!(good, "{err}");
+    let out = ok(&["cred", "show", &cred]);
+    for want in [
+        "channel(\"5000-5099\", \"10.0.1.0/24\");",
+        "its modules may open receive channels only for: port(s) 5000-5099 from 10.0.1.0/24; port(s) 7 from *",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    // Malformed grants are refused at issue, with the reason.
+    for (bad, why) in [("5-4@*", "bad channel ports"), ("5@10.0.0.1/24", "host bits"), ("5@any", "bad channel source")]
+    {
+        let (good, _, err) = issue(&["--channel", bad], &p(&d, "x.cred"));
+        assert!(!good && err.contains(why), "{bad}: {err}");
+    }
+    // Attenuation cannot add one.
+    let err = fails(&["cred", "attenuate", &cred, "--channel", "1@*", "-o", &p(&d, "y.cred")]);
+    assert!(err.contains("channel grants are issued"), "{err}");
+    let _ = std::fs::remove_dir_all(&d);
+}

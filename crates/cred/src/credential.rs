@@ -152,6 +152,10 @@ pub enum CredError {
         /// The kind the authority block states (`module` when it states none).
         found: String,
     },
+    /// A `channel` fact of the authority block is malformed
+    /// ([`crate::channel`]).
+    #[error("credential's channel grant: {0}")]
+    ChannelGrant(#[from] crate::channel::ChannelGrantError),
 }
 
 impl CredError {
@@ -173,6 +177,7 @@ impl CredError {
             CredError::InvalidLocalName(_) => "invalid_local_name",
             CredError::Build(_) => "build",
             CredError::WrongKind { .. } => "wrong_kind",
+            CredError::ChannelGrant(_) => "channel_grant",
         }
     }
 }
@@ -366,6 +371,16 @@ impl Issuer {
 
     /// An ordinary credential: the named modules only, with limits and interfaces.
     pub fn issue(&self, principal: PrincipalId, spec: &GrantSpec) -> Result<Credential, CredError> {
+        self.issue_builder(self.grant_builder(principal, spec)?)
+    }
+
+    /// The authority block of [`Issuer::issue`], before signing (see also
+    /// [`Issuer::issue_channels`]).
+    pub(crate) fn grant_builder(
+        &self,
+        principal: PrincipalId,
+        spec: &GrantSpec,
+    ) -> Result<biscuit_auth::builder::BiscuitBuilder, CredError> {
         let mut b = Biscuit::builder()
             .fact(fact1("kind", "module".to_string()))
             .map_err(build_err)?
@@ -402,9 +417,7 @@ impl Issuer {
         if let Some(t) = spec.expires {
             b = with_expiry(b, t)?;
         }
-        let token = b.build(&self.key).map_err(build_err)?;
-        let bytes = token.to_vec().map_err(build_err)?;
-        Ok(Credential { token, bytes })
+        Ok(b)
     }
 }
 
@@ -522,6 +535,8 @@ pub struct Grant {
     /// change, so a loaded module must be authorized again (`None`: no
     /// check mentions a date).
     pub recheck_at: Option<SystemTime>,
+    /// What its modules may open receive channels for ([`crate::channel`]).
+    pub channels: crate::channel::ChannelAuthority,
 }
 
 /// Authorization decision counters.
@@ -675,6 +690,8 @@ impl Verifier {
         }
         let admin: Vec<(bool,)> = a.query("q(true) <- right(\"admin\")").map_err(run_err)?;
         let admin = !admin.is_empty();
+        let channel_facts: Vec<(String, String)> = a.query("q($p, $s) <- channel($p, $s)").map_err(run_err)?;
+        let channels = crate::channel::authority_of(admin, &channel_facts)?;
         let node = self.cfg.node_limits;
         let (granted_ifaces, max) = if admin {
             (InterfaceSet::ALL, node)
@@ -767,7 +784,7 @@ impl Verifier {
         let recheck_at =
             checks.iter().flat_map(check_dates).map(|d| SystemTime::UNIX_EPOCH + Duration::from_secs(d)).min();
         let until = recheck_at.map_or(now + self.cfg.decision_ttl, |t| t.min(now + self.cfg.decision_ttl));
-        Ok((Grant { principal, admin, interfaces: granted_ifaces, limits, names, recheck_at }, until))
+        Ok((Grant { principal, admin, interfaces: granted_ifaces, limits, names, recheck_at, channels }, until))
     }
 }
 

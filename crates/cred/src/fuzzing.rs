@@ -64,3 +64,17 @@ pub fn session_credential(data: &[u8]) {
         }
     }
 }
+
+/// Text as a `channel` fact's two strings, split at the first newline: a
+/// typed refusal, or a grant whose strings parse back to it and that
+/// covers the filters it was written to cover.
+pub fn channel_grant(data: &[u8]) {
+    use crate::channel::ChannelGrant;
+    let text = String::from_utf8_lossy(data);
+    let (ports, source) = text.split_once('\n').unwrap_or((&text, "*"));
+    let Ok(g) = ChannelGrant::parse(ports, source) else { return };
+    let (p, s) = g.to_strings();
+    assert_eq!(ChannelGrant::parse(&p, &s), Ok(g), "a channel grant does not round-trip");
+    assert!(g.covers(g.port_lo, g.source) && g.covers(g.port_hi, g.source), "a grant does not cover itself");
+    assert_eq!(g.covers(g.port_lo, None), g.source.is_none(), "a source grant covers any source");
+}

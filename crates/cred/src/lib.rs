@@ -10,9 +10,12 @@
 //! - [`interface`]: the Core's host interfaces, each a separately grantable right.
 //! - [`session`]: session credentials, the most a principal may reserve on a
 //!   node (RCANE sessions), decided by [`Verifier::authorize_session`].
+//! - [`channel`]: the traffic a module credential lets its modules open
+//!   receive channels for (`channel("<ports>", "<source>")` facts).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod channel;
 pub mod credential;
 pub mod fuzzing;
 pub mod interface;
@@ -20,6 +23,7 @@ pub mod naming;
 pub mod session;
 
 pub use biscuit_auth::PublicKey as RootKey;
+pub use channel::{ChannelAuthority, ChannelGrant, ChannelGrantError};
 pub use credential::{
     Attenuation, AuthCounters, CredError, Credential, Grant, GrantSpec, Issuer, Limits, LoadRequest, ModuleGrant,
     RequestedLimits, Verifier, VerifierConfig,

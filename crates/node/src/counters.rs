@@ -67,6 +67,9 @@ drops! {
     DomainNotForMe  "domain_not_for_me" "A ticket packet for another node (at a node that is not a border), or an attached packet for another node from outside.";
     DomainCredential "domain_credential" "A domain packet asking for more than its attached credential allows (or with unreadable code).";
     DomainInner     "domain_inner"      "An accepted domain packet carrying something other than a SNAP packet or a module load.";
+    ChannelFull     "channel_full"      "A packet for module channels whose FIFOs (or whose sessions' heaps) were all full: counted against each channel too (`modules.channels`).";
+    ChannelRate     "channel_rate"      "A packet for module channels whose sessions were all over their receive reservation (`rx_bytes_per_sec`): counted against each channel too.";
+    ChannelMalformed "channel_malformed" "A packet for module channels, too short for their sub-flow keys: counted against each channel too.";
 }
 
 /// Number of drop reasons.

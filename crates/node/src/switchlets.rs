@@ -66,8 +66,40 @@ pub fn to_json(sb: &Sandbox) -> serde_json::Value {
         "fetch_timeouts": c.fetch_timeouts,
         "alarms_fired": c.alarms_fired,
         "channel_deliveries": c.channel_deliveries,
+        "channel_refused": c.channel_refused,
+        "channels": channels_json(sb),
         "reloads": c.reloads,
         "credential_unloads": c.credential_unloads,
         "cache": format!("{cache:?}"),
     })
+}
+
+/// Every open channel: its filter, VP index, FIFO and counters (RCANE
+/// §IV-D; docs/channels.md).
+fn channels_json(sb: &Sandbox) -> serde_json::Value {
+    use serde_json::json;
+    let v: Vec<serde_json::Value> = sb
+        .channel_infos()
+        .into_iter()
+        .map(|i| {
+            json!({
+                "module": format!("m{}", i.module),
+                "handle": i.handle,
+                "port": i.port,
+                "source": i.source,
+                "prefix_len": i.prefix_len,
+                "keys": i.keys,
+                "vp": i.vp,
+                "buffer": i.buffer,
+                "queued_bytes": i.queued_bytes,
+                "queued_packets": i.queued_packets,
+                "delivered": i.delivered,
+                "bytes": i.bytes,
+                "dropped_full": i.dropped_full,
+                "dropped_rate": i.dropped_rate,
+                "dropped_malformed": i.dropped_malformed,
+            })
+        })
+        .collect();
+    serde_json::Value::Array(v)
 }

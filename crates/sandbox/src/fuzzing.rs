@@ -87,3 +87,33 @@ pub fn pod_load(sb: &mut Sandbox, data: &[u8]) -> bool {
     let _ = crate::pods::rollback_check(data);
     loaded.is_ok()
 }
+
+/// Bytes as a channel's demultiplexing specification
+/// (`net.open_channel_spec`): a typed refusal, or a spec that re-emits to
+/// the same bytes and whose matching, sub-flow keys and FIFO never panic,
+/// hold no more than its buffer, and give every byte back.
+pub fn demux_spec(data: &[u8]) {
+    use crate::demux::{DemuxSpec, DemuxTable, Route};
+    let Ok(spec) = DemuxSpec::parse(data) else { return };
+    let mut out = Vec::new();
+    spec.emit(&mut out);
+    assert_eq!(out, data, "demux spec re-encoding differs");
+    let src = spec.source.map_or(Ipv4Addr::new(10, 0, 0, 2), |s| s.addr());
+    let mut payload = spec.prefix.clone();
+    payload.extend_from_slice(data);
+    let route = Route::new(spec.clone(), crate::ModuleId(1), 1, 0);
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let _ = spec.subflow(src, &payload);
+        if let Ok(c) = route.admit(src, &payload) {
+            held.push(c);
+        }
+    }
+    let info = route.info();
+    assert!(info.queued_bytes as usize <= spec.buffer_bytes(), "a FIFO over its buffer");
+    drop(held);
+    assert_eq!(route.info().queued_bytes, 0, "queued bytes not given back");
+    let mut t = DemuxTable::new();
+    t.insert(route);
+    assert_eq!(t.lookup(spec.port, src, &payload).count(), usize::from(spec.matches(src, &payload)));
+}

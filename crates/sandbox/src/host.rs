@@ -6,7 +6,8 @@
 //! input). Host functions return `i32`/`i64` status codes: `>= 0` success,
 //! [`E_INVAL`] bad argument or out-of-bounds pointer, [`E_SMALL`] output
 //! buffer too small, [`E_LIMIT`] a limit was reached, [`E_NOTFOUND`] no such
-//! object or key, [`E_CONTEXT`] not available in this invocation.
+//! object or key, [`E_CONTEXT`] not available in this invocation,
+//! [`E_DENIED`] the module's credential does not grant it.
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -35,6 +36,9 @@ pub const E_LIMIT: i32 = -3;
 pub const E_NOTFOUND: i32 = -4;
 /// Not available in this invocation (e.g. forwarding outside a capsule).
 pub const E_CONTEXT: i32 = -5;
+/// The module's credential does not grant it (a channel whose filter could
+/// match traffic outside its `channel` grants).
+pub const E_DENIED: i32 = -6;
 
 /// Host-side limits applied inside host functions.
 #[derive(Debug, Clone, Copy)]
@@ -82,9 +86,23 @@ pub(crate) enum Obj {
 /// Changes the sandbox must mirror in its demux and timer indexes.
 #[derive(Debug)]
 pub(crate) enum HostOp {
-    ChannelOpened { module: ModuleId, handle: i32, port: u16, prefix: Vec<u8> },
-    ChannelClosed { module: ModuleId, handle: i32 },
-    AlarmSet { module: ModuleId, handle: i32, deadline: u64 },
+    ChannelOpened {
+        module: ModuleId,
+        handle: i32,
+        spec: crate::demux::DemuxSpec,
+        vp: u8,
+    },
+    /// An open refused by the module's channel grants (counted).
+    ChannelRefused,
+    ChannelClosed {
+        module: ModuleId,
+        handle: i32,
+    },
+    AlarmSet {
+        module: ModuleId,
+        handle: i32,
+        deadline: u64,
+    },
 }
 
 /// The capsule being run, for `net.forward_capsule`.
@@ -230,6 +248,8 @@ pub(crate) struct TenantState {
     pub fuel_paid_at: u64,
     /// The principal's heap account (`crate::heap`), shared by its stores.
     pub heap: SharedHeap,
+    /// What each of its modules' credentials lets it open channels for.
+    pub channel_auth: HashMap<u32, anode_cred::ChannelAuthority>,
     /// Handle bytes this store has charged to `heap`.
     handles_charged: usize,
 }
@@ -267,6 +287,7 @@ impl TenantState {
             fuel_owed: 0,
             fuel_paid_at: 0,
             heap,
+            channel_auth: HashMap::new(),
             handles_charged: 0,
         }
     }
@@ -380,7 +401,10 @@ pub const FUNCTIONS: &[(&str, &[&str])] = &[
     (SESSION_MODULE, &["heap_request", "heap_reserved", "heap_used"]),
     ("log", &["write"]),
     ("route", &["this_host", "next_hop"]),
-    ("net", &["send", "deliver_local", "source", "forward_capsule", "open_channel", "close_channel"]),
+    (
+        "net",
+        &["send", "deliver_local", "source", "forward_capsule", "open_channel", "open_channel_spec", "close_channel"],
+    ),
     ("time", &["now_ms", "set_alarm", "cancel_alarm"]),
     ("state", &["put", "get", "remove"]),
     ("marshal", &["encode", "field", "count"]),
@@ -570,21 +594,16 @@ fn define_net(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
         let Ok(port) = u16::try_from(port) else { return E_INVAL };
         let max_prefix = c.data().limits.max_prefix;
         let Some(prefix) = read(&mut c, pp, pl, max_prefix) else { return E_INVAL };
-        let Some(entry) = read_str(&mut c, ep, el, crate::capsule::MAX_ENTRY) else { return E_INVAL };
-        if !valid_entry(&entry) {
-            return E_INVAL;
-        }
-        let d = c.data_mut();
-        let module = d.call.module;
-        if d.count_objs(true) >= d.limits.channels || !d.charge_handle() {
-            return E_LIMIT;
-        }
-        let Some(h) = d.handles.insert(module, Obj::Channel { entry }) else {
-            d.sync_handles();
-            return E_LIMIT;
-        };
-        d.ops.push(HostOp::ChannelOpened { module: ModuleId(module), handle: h, port, prefix });
-        h
+        let Ok(spec) = crate::demux::DemuxSpec::port_prefix(port, prefix) else { return E_INVAL };
+        open_channel(&mut c, spec, ep, el, 0)
+    })?;
+    // open_channel_spec(spec_ptr, spec_len, entry_ptr, entry_len, vp) -> handle
+    // (the spec's bytes: docs/channels.md)
+    l.func_wrap("net", "open_channel_spec", |mut c: C<'_>, sp: i32, sl: i32, ep: i32, el: i32, vp: i32| -> i32 {
+        let Some(bytes) = read(&mut c, sp, sl, crate::demux::MAX_SPEC_LEN) else { return E_INVAL };
+        let Ok(spec) = crate::demux::DemuxSpec::parse(&bytes) else { return E_INVAL };
+        let Ok(vp) = u8::try_from(vp) else { return E_INVAL };
+        open_channel(&mut c, spec, ep, el, vp)
     })?;
     l.func_wrap("net", "close_channel", |mut c: C<'_>, h: i32| -> i32 {
         let d = c.data_mut();
@@ -600,6 +619,31 @@ fn define_net(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
         }
     })?;
     Ok(())
+}
+
+/// Opens a channel for `spec` processed by VP index `vp` of the module's
+/// session, if the module's credential grants the filter.
+fn open_channel(c: &mut C<'_>, spec: crate::demux::DemuxSpec, ep: i32, el: i32, vp: u8) -> i32 {
+    let Some(entry) = read_str(c, ep, el, crate::capsule::MAX_ENTRY) else { return E_INVAL };
+    if !valid_entry(&entry) {
+        return E_INVAL;
+    }
+    let d = c.data_mut();
+    let module = d.call.module;
+    let source = spec.source.map(|s| (s.addr(), s.len()));
+    if !d.channel_auth.get(&module).is_none_or(|a| a.allows(spec.port, source)) {
+        d.ops.push(HostOp::ChannelRefused);
+        return E_DENIED;
+    }
+    if d.count_objs(true) >= d.limits.channels || !d.charge_handle() {
+        return E_LIMIT;
+    }
+    let Some(h) = d.handles.insert(module, Obj::Channel { entry }) else {
+        d.sync_handles();
+        return E_LIMIT;
+    };
+    d.ops.push(HostOp::ChannelOpened { module: ModuleId(module), handle: h, spec, vp });
+    h
 }
 
 fn define_time(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {

@@ -24,6 +24,7 @@
 
 pub mod cache;
 pub mod capsule;
+pub mod demux;
 pub mod fuzzing;
 pub mod handles;
 pub mod heap;

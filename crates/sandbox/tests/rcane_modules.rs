@@ -195,7 +195,7 @@ fn forwarder_hits_the_send_limit_every_event_and_the_memory_cap() {
     let id = load(&mut sb, "forwarder", FORWARDER, cap, 1_000_000);
     assert_eq!(entries(&sb, id), ["flood", "on_packet", "stats", "stop", "tick"]);
     assert_eq!(stat(&mut sb, id, "neighbours"), 2);
-    assert!(sb.has_channel(4300, b"fw"));
+    assert!(sb.has_channel(4300, std::net::Ipv4Addr::UNSPECIFIED, b"fw"));
     let initial = sb.memory_used(&user()) as u64;
     let room = ((cap - initial) / 65_536) as i32;
     assert!(room > 2, "initial memory {initial}");
@@ -347,7 +347,7 @@ fn poolflood_sends_to_its_own_channel() {
     let mut sb = sandbox_with(config(1), line_routes(1, 2));
     let id = load(&mut sb, "poolflood", &[Interface::Net, Interface::Route], 4 << 20, 1_000_000);
     assert_eq!(entries(&sb, id), ["kick", "on_packet", "stats"]);
-    assert!(sb.has_channel(4400, b"pf"));
+    assert!(sb.has_channel(4400, std::net::Ipv4Addr::UNSPECIFIED, b"pf"));
     let mut out = Vec::new();
     assert_eq!(sb.invoke(now(1), id, "kick", b"", &mut out), Ok(8));
     let first: Vec<Vec<u8>> = sends(&out)

@@ -802,6 +802,12 @@ impl<E> Rcane<E> {
         self.sessions.get(sid).map_or(0, |s| s.tx_bytes_per_sec)
     }
 
+    /// Session `sid`'s receive reservation, bytes/s (0 if none or no such
+    /// session).
+    pub fn rx_reserved(&self, sid: SessionId) -> u64 {
+        self.sessions.get(sid).map_or(0, |s| s.rx_bytes_per_sec)
+    }
+
     /// What the node has left of `resource` to grant (capacity less what
     /// every session holds); `u64::MAX` for resources the node does not
     /// bound (counts of VPs, pools, queued events, slack).

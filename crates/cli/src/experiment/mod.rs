@@ -5,12 +5,15 @@
 //!   bandwidth control, on one pinned CPU.
 //! - `plot-fig11`: the PNG of one or more Fig. 11 traces.
 //! - `stats`: per-load statistics of Fig. 11 traces.
+//! - `fig13`: RCANE Fig. 13 (reception: received bandwidth over the
+//!   receiver's VP period and FIFO size) on real daemons.
 //! - `fig16`: RCANE Fig. 16 (isolation of allocation) in the sandbox.
 //!
 //! The trace format is `anode_sched::trace` (docs/rcane.md), shared with the
 //! anode node's own run.
 
 mod fig11;
+mod fig13;
 mod fig16;
 mod periods;
 mod plot;
@@ -42,6 +45,11 @@ pub enum ExperimentCmd {
     /// time: B (1 ms in 4 ms) beside A allocating heavily, in one session
     /// and in two; writes fig16.csv and fig16.png.
     Fig16(fig16::Fig16Args),
+    /// RCANE Fig. 13 (reception) on a testbed of real daemons: received
+    /// bandwidth of a 10 % session over its VP period and channel FIFO size,
+    /// beside a 40 % CPU hog, without and with slack; writes fig13.csv and
+    /// fig13.png.
+    Fig13(fig13::Fig13Args),
     /// A Fig. 11 trace from a node's period log (`anode node --period-log`).
     #[command(name = "from-periods")]
     FromPeriods(periods::FromPeriodsArgs),
@@ -62,6 +70,7 @@ pub fn run(c: ExperimentCmd) -> Result<std::process::ExitCode> {
     match c {
         ExperimentCmd::Fig11(a) => fig11::run(a),
         ExperimentCmd::Fig16(a) => fig16::run(a),
+        ExperimentCmd::Fig13(a) => fig13::run(a),
         ExperimentCmd::FromPeriods(a) => periods::run(a),
         ExperimentCmd::PlotFig11 { csv, output } => {
             let t = load(&csv)?;

@@ -82,15 +82,14 @@ impl Node {
         }
     }
 
-    /// Where a payload for `port` at this node goes. A module channel whose
-    /// demultiplexing specification matches takes it first (queued for the
-    /// sandbox, RCANE's early demultiplexing); otherwise a local application
-    /// that registered the port does (true: the caller adds the delivery);
-    /// otherwise it is dropped (`no_listener`).
+    /// Where a payload for `port` at this node goes. Module channels whose
+    /// demultiplexing specification matches take it first (RCANE's early
+    /// demultiplexing: into each channel's FIFO, or dropped against that
+    /// channel, before any per-session work); otherwise a local
+    /// application that registered the port does (true: the caller adds
+    /// the delivery); otherwise it is dropped (`no_listener`).
     fn demux(&mut self, port: u16, src: Ipv4Addr, payload: &[u8]) -> bool {
-        if self.modules.as_ref().is_some_and(|m| m.sb.has_channel(port, payload)) {
-            self.counters.delivered += 1;
-            self.to_channels.push((port, src, payload.to_vec()));
+        if early_demux(self, port, src, payload).is_some() {
             return false;
         }
         if !self.ports.contains(&port) {
@@ -189,9 +188,19 @@ impl Node {
                 Action::Deliver { port, payload } => {
                     let bytes = res.bytes(payload, &buf[ps..]);
                     // Inlined `demux`: the VM's outcome borrows the VM.
-                    if has_channels && self.modules.as_ref().is_some_and(|m| m.sb.has_channel(*port, bytes)) {
-                        self.counters.delivered += 1;
-                        self.to_channels.push((*port, hdr.src(), bytes.to_vec()));
+                    if has_channels
+                        && let Some(m) = self.modules.as_ref()
+                        && let Some(o) = channel_demux(
+                            &m.sb,
+                            self.sched.as_deref_mut(),
+                            self.now_ms,
+                            &mut self.to_channels,
+                            *port,
+                            hdr.src(),
+                            bytes,
+                        )
+                    {
+                        count_demux(&mut self.counters, o);
                         continue;
                     }
                     if !self.ports.contains(port) {
@@ -240,6 +249,56 @@ impl Node {
         plain::Packet::new_unchecked(&mut buf[f.payload..f.end]).set_ttl(ttl - 1);
         self.counters.plain_forwarded += 1;
         out.transmits.push(Transmit { iface, to, data: Data::Input(f.base..f.end), owner: Owner::BestEffort });
+    }
+}
+
+/// Early demultiplexing of a payload for `port` from `src` into module
+/// channels' FIFOs (jobs in `node.to_channels`); `None`: no channel's
+/// filter matched it.
+fn early_demux(node: &mut Node, port: u16, src: Ipv4Addr, payload: &[u8]) -> Option<()> {
+    let m = node.modules.as_ref()?;
+    let o = channel_demux(&m.sb, node.sched.as_deref_mut(), node.now_ms, &mut node.to_channels, port, src, payload)?;
+    count_demux(&mut node.counters, o);
+    Some(())
+}
+
+/// [`Sandbox::demux_into`](anode_sandbox::Sandbox::demux_into), `None` if
+/// no channel matched (cheap when none is open).
+/// With RCANE on, a session's channels are policed at its receive
+/// reservation (if it has one).
+fn channel_demux(
+    sb: &anode_sandbox::Sandbox,
+    sched: Option<&mut super::sessions::Sched>,
+    now_ms: u64,
+    jobs: &mut Vec<anode_sandbox::Job>,
+    port: u16,
+    src: Ipv4Addr,
+    payload: &[u8],
+) -> Option<anode_sandbox::demux::DemuxOutcome> {
+    if !sb.has_channels() {
+        return None;
+    }
+    let o = match sched {
+        Some(s) => {
+            let now_ns = s.ns(now_ms);
+            sb.demux_policed(src, port, payload, jobs, &mut |p, n| s.rx_allow(p, n as u64, now_ns))
+        }
+        None => sb.demux_into(src, port, payload, jobs),
+    };
+    (o.matched > 0).then_some(o)
+}
+
+/// Counts a packet that matched channels: delivered if one took it, else
+/// dropped (full or malformed; each channel counted its own).
+fn count_demux(c: &mut crate::counters::Counters, o: anode_sandbox::demux::DemuxOutcome) {
+    if o.queued > 0 {
+        c.delivered += 1;
+    } else if o.malformed > 0 && o.full == 0 && o.rate == 0 {
+        c.drop(Drop::ChannelMalformed);
+    } else if o.rate > 0 && o.full == 0 {
+        c.drop(Drop::ChannelRate);
+    } else {
+        c.drop(Drop::ChannelFull);
     }
 }
 

@@ -291,9 +291,9 @@ pub struct Node {
     modules: Option<Box<Switch>>,
     /// Neighbour endpoint → neighbour address (who sent a datagram).
     ep_addr: HashMap<SocketAddr, Ipv4Addr>,
-    /// Packets for module channels found while the VM's outcome is
-    /// borrowed: (port, source, payload).
-    to_channels: Vec<(u16, Ipv4Addr, Vec<u8>)>,
+    /// Jobs for module channels queued by early demultiplexing, posted
+    /// by `channel_deliveries` (the VM's outcome is borrowed meanwhile).
+    to_channels: Vec<anode_sandbox::Job>,
     /// RCANE scheduling of module work, when on.
     pub(super) sched: Option<Box<sessions::Sched>>,
     /// The FLAME tap, when `[monitor]` turns it on.

@@ -247,22 +247,17 @@ impl Node {
         }
     }
 
-    /// Hands the packets found for module channels to the sandbox.
+    /// Posts the jobs early demultiplexing queued for module channels on
+    /// their channels' VPs' pools.
     pub(super) fn channel_deliveries(&mut self, out: &mut Outbox) {
         if self.to_channels.is_empty() {
             return;
         }
-        let pending = std::mem::take(&mut self.to_channels);
-        let mut jobs = Vec::new();
-        if let Some(m) = self.modules.as_ref() {
-            for (port, src, payload) in &pending {
-                m.sb.channel_jobs(*src, *port, payload, &mut jobs);
-            }
-        }
+        let mut jobs = std::mem::take(&mut self.to_channels);
         self.post_jobs(&mut jobs, out);
         // Keep the (now empty) buffer's capacity.
-        self.to_channels = pending;
-        self.to_channels.clear();
+        jobs.clear();
+        self.to_channels = jobs;
     }
 
     /// Calls the sandbox with its (reused, cleared) action list, then

@@ -57,6 +57,11 @@ pub(crate) struct Sched {
     be_pool: PoolId,
     /// Each session's module pool.
     pools: HashMap<SessionId, PoolId>,
+    /// Pools on a session's other VPs (by VP index), for the channels that
+    /// name them, opened on first use with the session's pool spec.
+    vp_pools: HashMap<(SessionId, u8), PoolId>,
+    /// Each session's module pool spec.
+    pool_specs: HashMap<SessionId, PoolSpec>,
     /// The session a principal's modules run in (its first).
     by_principal: HashMap<PrincipalId, SessionId>,
     /// A task stopped at a preemption point, per VP, with its pool.
@@ -75,6 +80,9 @@ pub(crate) struct Sched {
     tx: HashMap<PrincipalId, anode_sched::ByteBucket>,
     /// Every principal's best-effort transmit allowance, bytes/s.
     tx_default: u64,
+    /// What each session with a receive reservation may still receive on
+    /// its channels (bounded table, like `tx`).
+    rx: HashMap<PrincipalId, anode_sched::ByteBucket>,
     pub counters: SchedCounters,
 }
 
@@ -130,6 +138,8 @@ impl Sched {
             rcane,
             be_pool,
             pools: HashMap::new(),
+            vp_pools: HashMap::new(),
+            pool_specs: HashMap::new(),
             by_principal: HashMap::new(),
             suspended: HashMap::new(),
             credentials: HashMap::new(),
@@ -139,6 +149,7 @@ impl Sched {
             gone_check_at: None,
             tx: HashMap::new(),
             tx_default: DEFAULT_TX_BYTES_PER_SEC,
+            rx: HashMap::new(),
             counters: SchedCounters::default(),
         })
     }
@@ -152,6 +163,51 @@ impl Sched {
     /// The pool a principal's module work goes to.
     fn pool_for(&self, p: Option<PrincipalId>) -> PoolId {
         p.and_then(|p| self.by_principal.get(&p)).and_then(|s| self.pools.get(s)).copied().unwrap_or(self.be_pool)
+    }
+
+    /// The pool of VP index `vp` of a principal's session, for a channel
+    /// that names it: opened on first use; index 0, an index the session
+    /// does not have, or no session: [`Sched::pool_for`] (remembered, so a
+    /// flood for such a channel costs one lookup a packet, until the
+    /// session's reservation changes: [`Sched::revalidate_vp_pools`]).
+    fn pool_for_vp(&mut self, p: Option<PrincipalId>, vp: u8) -> PoolId {
+        let Some(sid) = p.and_then(|p| self.by_principal.get(&p).copied()) else { return self.pool_for(p) };
+        if vp == 0 {
+            return self.pool_for(p);
+        }
+        if let Some(pool) = self.vp_pools.get(&(sid, vp)) {
+            return *pool;
+        }
+        let now = self.rcane.sched().now();
+        let id = self.rcane.session_info(sid, now).ok().and_then(|i| i.vps.get(usize::from(vp)).map(|v| v.0));
+        let spec = self.pool_specs.get(&sid).copied();
+        let pool = match (id, spec) {
+            (Some(id), Some(spec)) => self.rcane.open_pool_trusted(sid, id, spec).unwrap_or(self.pool_for(p)),
+            _ => self.pool_for(p),
+        };
+        self.vp_pools.insert((sid, vp), pool);
+        pool
+    }
+
+    /// After session `sid`'s VPs changed: forgets the channel pools whose
+    /// VP is gone or is no longer at their index (a removed VP took its
+    /// pools with it), and the remembered fallbacks, so that the next
+    /// packet for such a channel finds or opens the right pool.
+    fn revalidate_vp_pools(&mut self, sid: SessionId) {
+        let now = self.rcane.sched().now();
+        let Ok(info) = self.rcane.session_info(sid, now) else {
+            self.vp_pools.retain(|(s, _), _| *s != sid);
+            return;
+        };
+        let main = self.pools.get(&sid).copied();
+        self.vp_pools.retain(|(s, idx), pool| {
+            if *s != sid {
+                return true;
+            }
+            let vp_at = info.vps.get(usize::from(*idx)).map(|v| v.0);
+            let pool_vp = info.pools.iter().find(|p| p.pool == *pool).map(|p| p.vp);
+            Some(*pool) != main && vp_at.is_some() && vp_at == pool_vp
+        });
     }
 
     /// The session a principal's work is charged to.
@@ -170,6 +226,7 @@ impl Sched {
         let Some((vp, _)) = info.vps.first().copied() else { return };
         if let Ok(pool) = self.rcane.open_pool_trusted(sid, vp, spec) {
             self.pools.insert(sid, pool);
+            self.pool_specs.insert(sid, spec);
             self.by_principal.entry(principal).or_insert(sid);
         }
     }
@@ -219,6 +276,30 @@ impl Sched {
         b.take(bytes, now_ns)
     }
 
+    /// Takes `bytes` of `p`'s receive allowance for its channels: a
+    /// session with a receive reservation is policed at it, in bursts of a
+    /// tenth of a second (64 KiB at least); a principal without one is not
+    /// (its channels' FIFOs and its VPs bound it). `false`: drop.
+    pub fn rx_allow(&mut self, p: PrincipalId, bytes: u64, now_ns: u64) -> bool {
+        let rate = self.by_principal.get(&p).map_or(0, |sid| self.rcane.rx_reserved(*sid));
+        if rate == 0 {
+            self.rx.remove(&p);
+            return true;
+        }
+        let burst = (rate / 10).max(64 << 10);
+        if !self.rx.contains_key(&p) && self.rx.len() >= MAX_TX_BUCKETS {
+            self.rx.retain(|_, b| !b.is_full(now_ns));
+            if self.rx.len() >= MAX_TX_BUCKETS {
+                return false;
+            }
+        }
+        let b = self.rx.entry(p).or_insert_with(|| anode_sched::ByteBucket::new(rate, burst, now_ns));
+        if b.rate() != rate {
+            b.set(rate, burst, now_ns);
+        }
+        b.take(bytes, now_ns)
+    }
+
     /// Takes the suspended task of `principal`, if one holds its store.
     fn take_suspended_of(&mut self, principal: PrincipalId) -> Option<(VpId, PoolId, Task)> {
         let vp = self.suspended.iter().find(|(_, (_, t))| t.principal() == principal).map(|(vp, _)| *vp)?;
@@ -229,10 +310,9 @@ impl Sched {
     /// closed), to be posted again on Best-Effort's.
     fn take_session_jobs(&mut self, sid: SessionId) -> Vec<Job> {
         let now = self.rcane.sched().now();
-        match self.pools.get(&sid).copied() {
-            Some(p) => self.rcane.take_queued(p, now),
-            None => Vec::new(),
-        }
+        let vp_pools = self.vp_pools.iter().filter(|((s, _), _)| *s == sid).map(|(_, p)| *p);
+        let pools: Vec<PoolId> = self.pools.get(&sid).copied().into_iter().chain(vp_pools).collect();
+        pools.into_iter().flat_map(|p| self.rcane.take_queued(p, now)).collect()
     }
 
     /// Posts jobs on Best-Effort's module pool (refusals are counted).
@@ -247,6 +327,8 @@ impl Sched {
     /// (bounded by their fuel) so that their stores come back.
     pub fn session_closed(&mut self, sid: SessionId, vps: &[VpId]) -> Vec<Task> {
         self.pools.remove(&sid);
+        self.vp_pools.retain(|(s, _), _| *s != sid);
+        self.pool_specs.remove(&sid);
         self.sa_seen.remove(&sid);
         self.credentials.remove(&sid);
         self.by_principal.retain(|_, s| *s != sid);
@@ -338,7 +420,7 @@ impl Node {
                 let _ = s.rcane.charge_rx(sid, 1, bytes);
                 out.rx_for = p;
             }
-            let pool = s.pool_for(p);
+            let pool = s.pool_for_vp(p, job.vp);
             if s.post(pool, job).is_err() {
                 self.counters.drop(crate::counters::Drop::PoolFull);
             }
@@ -786,7 +868,10 @@ impl Node {
         }
         let Some(s) = self.sched.as_mut() else { return Reply::error(&anode_sched::RcaneError::Builtin) };
         match s.rcane.reserve(&p, sid, req, now_ns) {
-            Ok(g) => Reply::granted(&g),
+            Ok(g) => {
+                s.revalidate_vp_pools(sid);
+                Reply::granted(&g)
+            }
             Err(e) => Reply::error(&e),
         }
     }

@@ -196,7 +196,7 @@ impl Sandbox {
             t.capsules = None;
             for id in ids {
                 self.modules.remove(&id);
-                self.channels.retain(|c| c.module != id);
+                self.channels.remove_module(id);
             }
             self.counters.capsule_store_recycles += 1;
         }

@@ -1,19 +1,16 @@
-//! Channels: packets for a port whose demultiplexing specification (port
-//! and payload prefix) a module's channel matches are delivered to that
-//! module's entry.
+//! Channels: packets whose port, source and payload a module channel's
+//! demultiplexing specification matches ([`crate::demux`]) are queued in
+//! that channel's bounded FIFO as jobs for its VP, or delivered at once.
 
 use super::*;
+use crate::demux::{ChannelInfo, DemuxOutcome, Refusal};
 
 impl Sandbox {
     /// Delivers a packet for `port` from `source` to every channel whose demux
-    /// spec matches (port, and payload prefix). Returns how many entries ran.
+    /// spec matches, at once (no queue). Returns how many entries ran.
     pub fn deliver(&mut self, now: Now, source: Ipv4Addr, port: u16, payload: &[u8], out: &mut Vec<Action>) -> usize {
-        let targets: Vec<(ModuleId, i32)> = self
-            .channels
-            .iter()
-            .filter(|c| c.port == port && payload.starts_with(&c.prefix))
-            .map(|c| (c.module, c.handle))
-            .collect();
+        let targets: Vec<(ModuleId, i32)> =
+            self.channels.lookup(port, source, payload).map(|c| (c.module, c.handle)).collect();
         let mut n = 0;
         for (module, handle) in targets {
             let Ok(Some(entry)) = self.object_entry(module, handle) else { continue };
@@ -29,10 +26,10 @@ impl Sandbox {
         !self.channels.is_empty()
     }
 
-    /// Whether some module's channel would take a packet for `port` with
-    /// this payload (a cheap check before [`Sandbox::deliver`]).
-    pub fn has_channel(&self, port: u16, payload: &[u8]) -> bool {
-        self.channels.iter().any(|c| c.port == port && payload.starts_with(&c.prefix))
+    /// Whether some module's channel's filter takes a packet for `port`
+    /// from `source` with this payload.
+    pub fn has_channel(&self, port: u16, source: Ipv4Addr, payload: &[u8]) -> bool {
+        self.channels.lookup(port, source, payload).next().is_some()
     }
 
     /// The entry of `module`'s channel or alarm `handle`; `Ok(None)` if the
@@ -47,21 +44,72 @@ impl Sandbox {
         }))
     }
 
-    /// Jobs for a packet for `port` from `source`: one per channel whose
-    /// demultiplexing specification (port, payload prefix) matches. The
-    /// node queues them on the pools of the modules' principals.
-    pub fn channel_jobs(&self, source: Ipv4Addr, port: u16, payload: &[u8], jobs: &mut Vec<Job>) -> usize {
-        let before = jobs.len();
-        for c in self.channels.iter().filter(|c| c.port == port && payload.starts_with(&c.prefix)) {
+    /// Early demultiplexing of a packet for `port` from `source`: for each
+    /// channel whose filter matches (only `port`'s channels are looked at),
+    /// a job holding room in that channel's FIFO and in its principal's
+    /// heap, or a drop counted against that channel only. The payload is
+    /// copied for the channels that take it, and for no other.
+    pub fn demux_into(&self, source: Ipv4Addr, port: u16, payload: &[u8], jobs: &mut Vec<Job>) -> DemuxOutcome {
+        self.demux_policed(source, port, payload, jobs, &mut |_, _| true)
+    }
+
+    /// [`Sandbox::demux_into`], with each matching channel's principal's
+    /// receive allowance asked first (`rx_allow(principal, bytes)`; false:
+    /// dropped and counted as `dropped_rate` on that channel).
+    pub fn demux_policed(
+        &self,
+        source: Ipv4Addr,
+        port: u16,
+        payload: &[u8],
+        jobs: &mut Vec<Job>,
+        rx_allow: &mut dyn FnMut(PrincipalId, usize) -> bool,
+    ) -> DemuxOutcome {
+        let mut o = DemuxOutcome::default();
+        for c in self.channels.lookup(port, source, payload) {
+            o.matched += 1;
+            if let Some(m) = self.modules.get(&c.module)
+                && !rx_allow(m.principal, payload.len())
+            {
+                c.count_rate_drop();
+                o.rate += 1;
+                continue;
+            }
             // The queued packet is charged to its principal's heap: a
             // session that never reads its channel stops at its reservation.
-            let Some(heap) = self.job_charge(c.module, payload.len()) else { continue };
-            let mut job =
-                Job::new(c.module, JobKind::Channel { handle: c.handle }, payload.to_vec(), u32::from(source));
-            job.heap = heap;
-            jobs.push(job);
+            let Some(heap) = self.job_charge(c.module, payload.len()) else {
+                c.count_full();
+                o.full += 1;
+                continue;
+            };
+            match c.admit(source, payload) {
+                Ok(fifo) => {
+                    let mut job =
+                        Job::new(c.module, JobKind::Channel { handle: c.handle }, payload.to_vec(), u32::from(source));
+                    job.heap = heap;
+                    job.fifo = fifo;
+                    job.vp = c.vp;
+                    jobs.push(job);
+                    o.queued += 1;
+                }
+                Err(Refusal::Full) => o.full += 1,
+                Err(Refusal::Malformed) => o.malformed += 1,
+                Err(Refusal::Rate) => o.rate += 1,
+            }
         }
-        jobs.len() - before
+        o
+    }
+
+    /// Jobs for a packet for `port` from `source`: [`Sandbox::demux_into`]'s,
+    /// returning how many were queued.
+    pub fn channel_jobs(&self, source: Ipv4Addr, port: u16, payload: &[u8], jobs: &mut Vec<Job>) -> usize {
+        self.demux_into(source, port, payload, jobs).queued
+    }
+
+    /// Every open channel's spec, VP, FIFO and counters (for `anode status`).
+    pub fn channel_infos(&self) -> Vec<ChannelInfo> {
+        let mut v: Vec<ChannelInfo> = self.channels.iter().map(|r| r.info()).collect();
+        v.sort_by_key(|i| (i.module, i.handle));
+        v
     }
 
     /// Charges a queued job of `input` bytes for `module` to its

@@ -41,12 +41,11 @@ impl Sandbox {
     pub(super) fn apply_ops(&mut self, ops: Vec<HostOp>) {
         for op in ops {
             match op {
-                HostOp::ChannelOpened { module, handle, port, prefix } => {
-                    self.channels.push(ChannelRoute { port, prefix, module, handle })
+                HostOp::ChannelOpened { module, handle, spec, vp } => {
+                    self.channels.insert(crate::demux::Route::new(spec, module, handle, vp))
                 }
-                HostOp::ChannelClosed { module, handle } => {
-                    self.channels.retain(|c| !(c.module == module && c.handle == handle))
-                }
+                HostOp::ChannelClosed { module, handle } => self.channels.remove(module, handle),
+                HostOp::ChannelRefused => self.counters.channel_refused += 1,
                 HostOp::AlarmSet { module, handle, deadline } => self.alarms.push(Reverse((deadline, module, handle))),
             }
         }

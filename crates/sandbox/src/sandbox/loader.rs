@@ -366,12 +366,15 @@ impl Sandbox {
     pub fn unload(&mut self, id: ModuleId) -> bool {
         let Some(m) = self.modules.remove(&id) else { return false };
         self.names.retain(|_, v| *v != id);
-        self.channels.retain(|c| c.module != id);
+        self.channels.remove_module(id);
         self.forget_pod_client(id);
         if let Some(t) = self.tenants.get_mut(&m.principal) {
             if let Some(s) = t.slot(m.kind).as_mut() {
                 match s.store.as_mut() {
-                    Some(st) => drop(st.data_mut().handles.remove_owner(id.0)),
+                    Some(st) => {
+                        st.data_mut().channel_auth.remove(&id.0);
+                        drop(st.data_mut().handles.remove_owner(id.0))
+                    }
                     None => s.unloaded.push(id.0),
                 }
                 s.live = s.live.saturating_sub(1);
@@ -453,6 +456,7 @@ fn start_instance(
     let yields = space.yields;
     let store = space.store.as_mut().ok_or(LoadError::Busy)?;
     begin_call(store, id, now, 0, &[], None);
+    store.data_mut().channel_auth.insert(id.0, grant.channels.clone());
     arm(store, cpu, grant.limits.cpu);
     space.instances += 1;
     let instance = if yields { run_to_end(pre.instantiate_async(&mut *store)) } else { pre.instantiate(&mut *store) };

@@ -438,6 +438,9 @@ pub struct SandboxCounters {
     pub alarms_fired: u64,
     /// Packets delivered to channels.
     pub channel_deliveries: u64,
+    /// Channel opens refused because the module's credential does not
+    /// grant the filter (`E_DENIED`).
+    pub channel_refused: u64,
     /// Capsule stores recycled to bound per-principal instances.
     pub capsule_store_recycles: u64,
     /// Loads that found the same code already loaded for the same
@@ -542,13 +545,6 @@ struct Recheck {
     info: CodeInfo,
 }
 
-struct ChannelRoute {
-    port: u16,
-    prefix: Vec<u8>,
-    module: ModuleId,
-    handle: i32,
-}
-
 struct Fetch {
     deadline: u64,
     waiting: Vec<(Ipv4Addr, Vec<u8>)>,
@@ -572,7 +568,7 @@ pub struct Sandbox {
     tenants: HashMap<PrincipalId, Tenant>,
     modules: HashMap<ModuleId, Loaded>,
     names: HashMap<ModuleName, ModuleId>,
-    channels: Vec<ChannelRoute>,
+    channels: crate::demux::DemuxTable,
     alarms: BinaryHeap<Reverse<(u64, ModuleId, i32)>>,
     /// When loaded modules' credentials must be decided again (ms, module).
     rechecks: BinaryHeap<Reverse<(u64, ModuleId)>>,
@@ -640,7 +636,7 @@ impl Sandbox {
             tenants: HashMap::new(),
             modules: HashMap::new(),
             names: HashMap::new(),
-            channels: Vec::new(),
+            channels: crate::demux::DemuxTable::new(),
             alarms: BinaryHeap::new(),
             rechecks: BinaryHeap::new(),
             pod_rechecks: BinaryHeap::new(),

@@ -84,12 +84,25 @@ pub struct Job {
     pub source: u32,
     /// What it holds of its principal's heap (nothing for a clone).
     pub(crate) heap: HeapCharge,
+    /// What it holds of its channel's FIFO (channel packets only).
+    pub(crate) fifo: crate::demux::FifoCharge,
+    /// The index of its session's VP that runs it (a channel's VP; 0
+    /// otherwise).
+    pub vp: u8,
 }
 
 impl Job {
     /// A job that holds nothing of any heap.
     pub fn new(module: ModuleId, kind: JobKind, input: Vec<u8>, source: u32) -> Job {
-        Job { module, kind, input, source, heap: HeapCharge::default() }
+        Job {
+            module,
+            kind,
+            input,
+            source,
+            heap: HeapCharge::default(),
+            fifo: crate::demux::FifoCharge::default(),
+            vp: 0,
+        }
     }
 
     /// Bytes of its principal's heap it holds while queued.

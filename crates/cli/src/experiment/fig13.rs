@@ -1,0 +1,348 @@
+//! RCANE Fig. 13, reception (§VI-C), on real daemons: the received
+//! bandwidth of a session holding 10 % of the CPU, over the period of its
+//! VP and the size of its channel's FIFO, beside a CPU-bound session
+//! holding 40 % in 10 ms periods; with and without slack for the receiver.
+//!
+//! A testbed line a - b - c (`anode testbed up`, in a scratch directory)
+//! with two users. On c: the CPU hog (`burn.wasm`, its own session with
+//! 4 ms in every 10 ms) and, for the receiving user, one module per FIFO
+//! size, each with a channel on port 5000 for its own payload prefix
+//! (a digit), whose entry does `--work` loop iterations per packet. For
+//! each (slack, period) the receiver's session is opened anew with one VP
+//! of 10 % of that period; for each FIFO size node a sends `--seconds` of
+//! 1000-byte packets at `--rate` packets per second (the "97 % of the link
+//! rate": the link here is what the node can take, so the rate is a
+//! parameter) to that module's prefix, and the channel's `delivered`
+//! counter (packets taken into its FIFO, each processed later on the VP)
+//! is read before and after.
+//!
+//! Writes `fig13.csv` (slack, period_ms, buffer_bytes, sent, received,
+//! received_pct) and `fig13.png` (one panel per slack setting, received %
+//! over the period, one line per FIFO size). Not asserted anywhere: a
+//! shared machine makes it noisy (docs/channels.md).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anode_daemon::client::Client;
+use anyhow::{Context, Result, anyhow, bail};
+use plotters::prelude::*;
+
+/// `anode experiment fig13`.
+#[derive(Debug, clap::Args)]
+pub struct Fig13Args {
+    /// Seconds of traffic per point.
+    #[arg(long, default_value_t = 1.0)]
+    seconds: f64,
+    /// Packets per second sent to the receiver.
+    #[arg(long, default_value_t = 500)]
+    rate: u32,
+    /// Loop iterations of the receiver's work per packet.
+    #[arg(long, default_value_t = 10_000)]
+    work: u32,
+    /// The receiver's VP periods, ms.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,5,10,20")]
+    periods: Vec<u32>,
+    /// FIFO sizes, bytes (at most 9).
+    #[arg(long, value_delimiter = ',', default_value = "1500,4000,11000,30000,88000")]
+    buffers: Vec<u32>,
+    /// The CPU hog module (`scripts/setup` builds it).
+    #[arg(long, default_value = "modules/out/burn.wasm")]
+    burn: PathBuf,
+    /// Output directory (fig13.csv, fig13.png).
+    #[arg(short, long, default_value = "fig13-out")]
+    out: PathBuf,
+}
+
+const PORT: u16 = 5000;
+const PAYLOAD: usize = 1000;
+
+/// One point of the figure.
+#[derive(Debug, Clone)]
+struct Point {
+    slack: bool,
+    period_ms: u32,
+    buffer: u32,
+    sent: u64,
+    received: u64,
+}
+
+/// The receiver module: a channel on port 5000 for payloads starting with
+/// `digit`, a FIFO of `buffer` bytes, `work` iterations per packet.
+fn receiver(digit: u8, buffer: u32, work: u32) -> Result<Vec<u8>> {
+    let b = buffer.to_be_bytes();
+    let spec =
+        format!("\\01\\00\\13\\88\\{:02x}\\{:02x}\\{:02x}\\{:02x}\\01\\{:02x}\\00", b[0], b[1], b[2], b[3], digit);
+    let src = format!(
+        r#"(module
+  (import "anode" "register" (func $reg (param i32 i32 i32) (result i32)))
+  (import "net" "open_channel_spec" (func $open (param i32 i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (global $acc (mut i32) (i32.const 0))
+  (data (i32.const 0) "pkt")
+  (data (i32.const 16) "{spec}")
+  (func $pkt (param i32 i32) (result i32) (local $i i32)
+    (loop $l
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (global.set $acc (i32.xor (global.get $acc) (local.get $i)))
+      (br_if $l (i32.lt_u (local.get $i) (i32.const {work}))))
+    (global.get $acc))
+  (table (export "__indirect_function_table") 1 funcref)
+  (elem (i32.const 0) $pkt)
+  (func (export "anode_init")
+    (drop (call $reg (i32.const 0) (i32.const 3) (i32.const 0)))
+    (drop (call $open (i32.const 16) (i32.const 11) (i32.const 0) (i32.const 3) (i32.const 0)))))"#
+    );
+    wat::parse_str(src).context("the fig13 receiver module")
+}
+
+struct Bed {
+    anode: PathBuf,
+    dir: PathBuf,
+    node: String,
+}
+
+impl Bed {
+    fn cmd(&self, args: &[&str]) -> Result<String> {
+        let o = Command::new(&self.anode).args(args).output().with_context(|| format!("running anode {args:?}"))?;
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        if !o.status.success() {
+            bail!("anode {args:?} failed: {text}");
+        }
+        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+    }
+
+    fn p(&self, rel: &str) -> String {
+        self.dir.join(rel).to_string_lossy().into_owned()
+    }
+
+    /// A command for user `u` pointed at node c.
+    fn user(&self, u: &str, args: &[&str]) -> Result<String> {
+        let mut a = args.to_vec();
+        let (node_key, key) = (self.p("tb/keys/c.pub"), self.p(&format!("{u}.key")));
+        a.extend_from_slice(&["--node", &self.node, "--node-key", &node_key, "--key", &key]);
+        self.cmd(&a)
+    }
+
+    fn cred(&self, u: &str, name: &str, args: &[&str]) -> Result<String> {
+        let out = self.p(name);
+        let (admin, principal) = (self.p("tb/keys/admin.key"), self.p(&format!("{u}.pub")));
+        let mut a = vec!["cred", "issue", "--admin-key", &admin, "--principal", &principal];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&["-o", &out]);
+        self.cmd(&a)?;
+        Ok(out)
+    }
+
+    fn load(&self, u: &str, wasm: &str, ifaces: &str) -> Result<()> {
+        let stem = Path::new(wasm).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let cred = self.cred(
+            u,
+            &format!("{u}-{stem}.cred"),
+            &["--kind", "module", "--module", wasm, "--interface", ifaces, "--cpu", "10000000"],
+        )?;
+        self.user(u, &["module", "load", wasm, "--credential", &cred]).map(|_| ())
+    }
+
+    fn open_session(&self, u: &str, vp: &str) -> Result<String> {
+        let sc = self.cred(
+            u,
+            &format!("{u}.session"),
+            &["--kind", "session", "--vp-share", "50%", "--total-share", "50%", "--extra"],
+        )?;
+        let out = self.user(u, &["session", "open", "--credential", &sc, "--vp", vp])?;
+        out.split_whitespace().nth(1).map(str::to_string).ok_or_else(|| anyhow!("no session id in {out:?}"))
+    }
+
+    /// Packets the channel with a `buffer`-byte FIFO has taken so far.
+    fn delivered(&self, buffer: u32) -> Result<u64> {
+        let out = self.cmd(&["status", "--json", "--run-dir", &self.p("tb/c")])?;
+        let v: serde_json::Value = serde_json::from_str(&out).context("status JSON")?;
+        v["modules"]["channels"]
+            .as_array()
+            .and_then(|a| a.iter().find(|c| c["buffer"].as_u64() == Some(u64::from(buffer))))
+            .and_then(|c| c["delivered"].as_u64())
+            .ok_or_else(|| anyhow!("no channel with a {buffer}-byte FIFO on c"))
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        let _ = Command::new(&self.anode).args(["testbed", "down", "--dir"]).arg(self.dir.join("tb")).output();
+    }
+}
+
+/// Sends `n` packets starting with `digit` to c's port 5000 from a, at `rate` a second.
+fn send(a: &mut Client, digit: u8, n: u64, rate: u32) -> Result<()> {
+    let c = std::net::Ipv4Addr::new(10, 0, 0, 3);
+    let gap = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
+    let start = Instant::now();
+    let mut p = vec![digit; PAYLOAD];
+    for i in 0..n {
+        let due = start + gap.mul_f64(i as f64);
+        let now = Instant::now();
+        if due > now {
+            std::thread::sleep(due - now);
+        }
+        p[1..9].copy_from_slice(&i.to_be_bytes());
+        a.plain(c, PORT, 64, &p).map_err(|e| anyhow!("sending: {e}"))?;
+    }
+    Ok(())
+}
+
+pub fn run(a: Fig13Args) -> Result<std::process::ExitCode> {
+    if a.buffers.is_empty() || a.buffers.len() > 9 || a.periods.is_empty() {
+        bail!("give 1 to 9 --buffers and at least one --period");
+    }
+    if a.periods.iter().any(|p| *p == 0 || *p > 1000) || a.buffers.iter().any(|b| *b == 0 || *b > 16 << 20) {
+        bail!("periods must be 1..=1000 ms, buffers 1..=16 MiB");
+    }
+    let burn = std::fs::canonicalize(&a.burn)
+        .with_context(|| format!("{} (build the example modules: scripts/setup)", a.burn.display()))?;
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let dir = std::env::temp_dir().join(format!("anode-fig13-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let mut bed = Bed { anode: std::env::current_exe()?, dir: dir.clone(), node: String::new() };
+    for u in ["hog", "rx"] {
+        bed.cmd(&["keys", "gen", "--name", u, "--out", &bed.p("")])?;
+    }
+    let topo = dir.join("line3.toml");
+    std::fs::write(
+        &topo,
+        "node = [{ name = \"a\", address = \"10.0.0.1\" }, { name = \"b\", address = \"10.0.0.2\" }, \
+         { name = \"c\", address = \"10.0.0.3\" }]\nlink = [{ a = \"a\", b = \"b\" }, { a = \"b\", b = \"c\" }]\n",
+    )?;
+    let (hog_pub, rx_pub, tb) = (bed.p("hog.pub"), bed.p("rx.pub"), bed.p("tb"));
+    bed.cmd(&["testbed", "up", &topo.to_string_lossy(), "--user", &hog_pub, "--user", &rx_pub, "--dir", &tb])?;
+    let cfg = std::fs::read_to_string(dir.join("tb/c/node.toml"))?;
+    bed.node = cfg
+        .lines()
+        .find_map(|l| l.strip_prefix("listen = \""))
+        .map(|l| l.trim_end_matches('"').to_string())
+        .ok_or_else(|| anyhow!("no listen line in c's node.toml"))?;
+
+    // The hog: 40 % in 10 ms periods, always busy.
+    bed.open_session("hog", "4ms/10ms")?;
+    bed.load("hog", &burn.to_string_lossy(), "time")?;
+    // One receiver module per FIFO size.
+    for (i, b) in a.buffers.iter().enumerate() {
+        let wasm = dir.join(format!("rx{i}.wasm"));
+        std::fs::write(&wasm, receiver(b'1' + i as u8, *b, a.work)?)?;
+        bed.load("rx", &wasm.to_string_lossy(), "net")?;
+    }
+    let mut sender = Client::connect(dir.join("tb/a")).map_err(|e| anyhow!("a's application socket: {e}"))?;
+    let n = (a.seconds * f64::from(a.rate)).round().max(1.0) as u64;
+    let mut points = Vec::new();
+    let mut session: Option<String> = None;
+    for slack in [false, true] {
+        for period in &a.periods {
+            if let Some(s) = session.take() {
+                bed.user("rx", &["session", "close", &s])?;
+            }
+            let slice_us = period * 100;
+            let vp = format!("{slice_us}us/{period}ms{}", if slack { "+extra" } else { "" });
+            session = Some(bed.open_session("rx", &vp)?);
+            for (i, b) in a.buffers.iter().enumerate() {
+                let digit = b'1' + i as u8;
+                let before = bed.delivered(*b)?;
+                send(&mut sender, digit, n, a.rate)?;
+                std::thread::sleep(Duration::from_millis(300));
+                let received = bed.delivered(*b)?.saturating_sub(before);
+                let pt = Point { slack, period_ms: *period, buffer: *b, sent: n, received };
+                eprintln!(
+                    "slack {slack:5} period {period:3} ms buffer {b:6} B: {received}/{n} ({:.1} %)",
+                    100.0 * received as f64 / n as f64
+                );
+                points.push(pt);
+                // Let the FIFO drain before the next point.
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+    let csv = a.out.join("fig13.csv");
+    let mut text = format!(
+        "# rate_pps={} seconds={} work={} payload={PAYLOAD}\nslack,period_ms,buffer_bytes,sent,received,received_pct\n",
+        a.rate, a.seconds, a.work
+    );
+    for p in &points {
+        text.push_str(&format!(
+            "{},{},{},{},{},{:.2}\n",
+            p.slack,
+            p.period_ms,
+            p.buffer,
+            p.sent,
+            p.received,
+            100.0 * p.received as f64 / p.sent.max(1) as f64
+        ));
+    }
+    std::fs::write(&csv, text)?;
+    let png = a.out.join("fig13.png");
+    plot(&points, &a.buffers, &png)?;
+    eprintln!("wrote {} and {}", csv.display(), png.display());
+    drop(bed);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+const COLORS: [RGBColor; 9] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(23, 190, 207),
+];
+
+fn plot(points: &[Point], buffers: &[u32], out: &Path) -> Result<()> {
+    super::plot::register_font()?;
+    let root = BitMapBackend::new(out, (1200, 500)).into_drawing_area();
+    let e = |e: &dyn std::fmt::Display| anyhow!("drawing {}: {e}", out.display());
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let xmax = points.iter().map(|p| p.period_ms).max().unwrap_or(20) as f64;
+    for (area, slack) in root.split_evenly((1, 2)).iter().zip([false, true]) {
+        let title = if slack { "receiver may use slack" } else { "receiver without slack" };
+        let mut chart = ChartBuilder::on(area)
+            .caption(format!("Fig. 13: received bandwidth, {title}"), ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(50)
+            .build_cartesian_2d(0f64..xmax * 1.05, 0f64..105f64)
+            .map_err(|x| e(&x))?;
+        chart
+            .configure_mesh()
+            .x_desc("receiver's VP period (ms), 10 % of the CPU")
+            .y_desc("received (% of sent)")
+            .label_style(("sans-serif", 13))
+            .draw()
+            .map_err(|x| e(&x))?;
+        for (i, b) in buffers.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            let pts: Vec<(f64, f64)> = points
+                .iter()
+                .filter(|p| p.slack == slack && p.buffer == *b)
+                .map(|p| (f64::from(p.period_ms), 100.0 * p.received as f64 / p.sent.max(1) as f64))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+                .map_err(|x| e(&x))?
+                .label(format!("FIFO {:.1} KB", f64::from(*b) / 1000.0))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled()))).map_err(|x| e(&x))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerLeft)
+            .label_font(("sans-serif", 13))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|x| e(&x))?;
+    }
+    root.present().map_err(|x| e(&x))?;
+    Ok(())
+}

@@ -1,0 +1,233 @@
+//! Receive channels (RCANE §IV-D): `net.open_channel_spec` with checked
+//! specs, the credential's channel grants, per-channel FIFOs with counters,
+//! per-channel VPs, and the fuzz seeds of `demux_spec`.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+
+use anode_cred::{
+    ChannelGrant, GrantSpec, Interface, InterfaceSet, ModuleGrant, ModuleHash, PrincipalId, RequestedLimits,
+};
+use anode_sandbox::demux::{DemuxSpec, SourcePrefix, SubKey};
+use anode_sandbox::host::{E_DENIED, E_INVAL};
+use anode_sandbox::{Job, JobKind, LoadSpec, ModuleId, Sandbox};
+use common::heap::{principal, run_job};
+use common::*;
+
+/// `open` (arg: the VP index; input: spec bytes) opens a channel whose
+/// entry is `pkt`; `pkt` counts packets; `count` returns the count.
+const RX_WAT: &str = r#"(module
+  (import "anode" "register" (func $reg (param i32 i32 i32) (result i32)))
+  (import "anode" "input_read" (func $input (param i32 i32 i32) (result i32)))
+  (import "net" "open_channel_spec" (func $open (param i32 i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (global $n (mut i32) (i32.const 0))
+  (data (i32.const 0) "open")
+  (data (i32.const 8) "pkt")
+  (data (i32.const 16) "count")
+  (func $open_f (param i32 i32) (result i32) (local $len i32)
+    (local.set $len (call $input (i32.const 1024) (i32.const 512) (i32.const 0)))
+    (call $open (i32.const 1024) (local.get $len) (i32.const 8) (i32.const 3) (local.get 0)))
+  (func $pkt (param i32 i32) (result i32)
+    (global.set $n (i32.add (global.get $n) (i32.const 1))) (i32.const 0))
+  (func $count (param i32 i32) (result i32) (global.get $n))
+  (table (export "__indirect_function_table") 3 funcref)
+  (elem (i32.const 0) $open_f $pkt $count)
+  (func (export "anode_init")
+    (drop (call $reg (i32.const 0) (i32.const 4) (i32.const 0)))
+    (drop (call $reg (i32.const 8) (i32.const 3) (i32.const 1)))
+    (drop (call $reg (i32.const 16) (i32.const 5) (i32.const 2)))))"#;
+
+fn rx_module() -> Vec<u8> {
+    wat(RX_WAT)
+}
+
+/// Loads the receive module for `p` under `grants` (`None`: an
+/// administrative credential).
+fn load(sb: &mut Sandbox, p: PrincipalId, grants: Option<&[ChannelGrant]>) -> ModuleId {
+    let code = rx_module();
+    let cred = match grants {
+        None => admin(p),
+        Some(g) => {
+            let spec = GrantSpec {
+                modules: vec![ModuleGrant::Hash(ModuleHash::of(&code))],
+                interfaces: InterfaceSet::of(&[Interface::Net]),
+                limits: limits(),
+                expires: None,
+            };
+            issuer().issue_channels(p, &spec, g).unwrap()
+        }
+    };
+    let limits = RequestedLimits { cpu: Some(1_000_000), memory: Some(1 << 20), ..Default::default() };
+    let spec = LoadSpec { code: &code, credential: Some(cred.to_bytes()), requester: None, local_name: None, limits };
+    sb.load(now(0), &spec).unwrap()
+}
+
+fn open(sb: &mut Sandbox, m: ModuleId, spec: &[u8], vp: i32) -> i32 {
+    let mut out = Vec::new();
+    let job = Job::new(m, JobKind::Entry { entry: "open".into(), arg: vp }, spec.to_vec(), 0);
+    run_job(sb, job, &mut out).unwrap()
+}
+
+fn bytes(s: &DemuxSpec) -> Vec<u8> {
+    let mut v = Vec::new();
+    s.emit(&mut v);
+    v
+}
+
+fn spec(port: u16, source: Option<(Ipv4Addr, u8)>, buffer: u32) -> DemuxSpec {
+    DemuxSpec {
+        port,
+        source: source.map(|(a, l)| SourcePrefix::new(a, l).unwrap()),
+        prefix: Vec::new(),
+        keys: Vec::new(),
+        buffer,
+    }
+}
+
+fn count(sb: &mut Sandbox, m: ModuleId) -> i32 {
+    let mut out = Vec::new();
+    run_job(sb, Job::new(m, JobKind::Entry { entry: "count".into(), arg: 0 }, Vec::new(), 0), &mut out).unwrap()
+}
+
+const NET1: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 0);
+
+#[test]
+fn the_credential_authorises_the_filter() {
+    let mut sb = sandbox();
+    let grant = ChannelGrant::parse("5000-5010", "10.0.1.0/24").unwrap();
+    let m = load(&mut sb, principal(1), Some(&[grant]));
+    // Within the grant: a port in range, a source prefix inside it.
+    assert!(open(&mut sb, m, &bytes(&spec(5000, Some((NET1, 24)), 0)), 0) >= 0);
+    assert!(open(&mut sb, m, &bytes(&spec(5010, Some((Ipv4Addr::new(10, 0, 1, 128), 25)), 0)), 0) >= 0);
+    // Any source would capture other principals' flows.
+    assert_eq!(open(&mut sb, m, &bytes(&spec(5000, None, 0)), 0), E_DENIED);
+    // A wider prefix, another prefix, a port outside.
+    assert_eq!(open(&mut sb, m, &bytes(&spec(5000, Some((Ipv4Addr::new(10, 0, 0, 0), 16)), 0)), 0), E_DENIED);
+    assert_eq!(open(&mut sb, m, &bytes(&spec(5000, Some((Ipv4Addr::new(10, 0, 2, 0), 24)), 0)), 0), E_DENIED);
+    assert_eq!(open(&mut sb, m, &bytes(&spec(5011, Some((NET1, 24)), 0)), 0), E_DENIED);
+    // Malformed spec bytes and a VP index beyond u8: bad arguments, not refusals.
+    assert_eq!(open(&mut sb, m, &[1, 0], 0), E_INVAL);
+    assert_eq!(open(&mut sb, m, &bytes(&spec(5000, Some((NET1, 24)), 0)), 256), E_INVAL);
+    assert_eq!(sb.counters().channel_refused, 4);
+    assert_eq!(sb.channel_infos().len(), 2);
+    // An administrative credential may open anything.
+    let a = load(&mut sb, principal(2), None);
+    assert!(open(&mut sb, a, &bytes(&spec(7, None, 0)), 0) >= 0);
+}
+
+#[test]
+fn a_full_fifo_drops_against_its_own_channel_only() {
+    let mut sb = sandbox();
+    let a = load(&mut sb, principal(1), None);
+    let b = load(&mut sb, principal(2), None);
+    // A: 3,000 bytes of FIFO for 10.0.1.0/24; B: 88 KB for 10.0.2.0/24; same port.
+    assert!(open(&mut sb, a, &bytes(&spec(5000, Some((NET1, 24)), 3000)), 0) >= 0);
+    assert!(open(&mut sb, b, &bytes(&spec(5000, Some((Ipv4Addr::new(10, 0, 2, 0), 24)), 88_000)), 1) >= 0);
+    let (src_a, src_b) = (Ipv4Addr::new(10, 0, 1, 7), Ipv4Addr::new(10, 0, 2, 7));
+    let mut jobs = Vec::new();
+    for _ in 0..100 {
+        sb.demux_into(src_a, 5000, &[0; 1000], &mut jobs);
+        let o = sb.demux_into(src_b, 5000, &[0; 500], &mut jobs);
+        assert_eq!(o.queued, 1, "B's channel takes every packet");
+    }
+    let infos = sb.channel_infos();
+    let (ia, ib) = (&infos[0], &infos[1]);
+    assert_eq!((ia.delivered, ia.dropped_full, ia.queued_bytes), (3, 97, 3000));
+    assert_eq!((ib.delivered, ib.dropped_full, ib.queued_bytes, ib.vp), (100, 0, 50_000, 1));
+    assert!(jobs.iter().filter(|j| j.module == b).all(|j| j.vp == 1));
+    // Running the jobs gives the FIFO back; the entries ran.
+    let mut out = Vec::new();
+    for j in jobs.drain(..) {
+        run_job(&mut sb, j, &mut out).unwrap();
+    }
+    assert_eq!((count(&mut sb, a), count(&mut sb, b)), (3, 100));
+    let infos = sb.channel_infos();
+    assert_eq!((infos[0].queued_bytes, infos[1].queued_bytes), (0, 0));
+    // Room again.
+    assert_eq!(sb.demux_into(src_a, 5000, &[0; 1000], &mut jobs).queued, 1);
+}
+
+#[test]
+fn short_packets_are_malformed_for_a_keyed_channel_and_cost_it_nothing_else() {
+    let mut sb = sandbox();
+    let a = load(&mut sb, principal(1), None);
+    let mut s = spec(6000, None, 0);
+    s.keys = vec![SubKey::Source, SubKey::Payload { offset: 4, len: 4 }];
+    assert!(open(&mut sb, a, &bytes(&s), 0) >= 0);
+    let mut jobs = Vec::new();
+    let o = sb.demux_into(Ipv4Addr::new(1, 2, 3, 4), 6000, &[0; 7], &mut jobs);
+    assert_eq!((o.matched, o.queued, o.malformed), (1, 0, 1));
+    assert!(jobs.is_empty());
+    assert_eq!(sb.demux_into(Ipv4Addr::new(1, 2, 3, 4), 6000, &[0; 8], &mut jobs).queued, 1);
+    let i = &sb.channel_infos()[0];
+    assert_eq!((i.dropped_malformed, i.delivered), (1, 1));
+}
+
+#[test]
+fn closing_by_unload_removes_the_route() {
+    let mut sb = sandbox();
+    let a = load(&mut sb, principal(1), None);
+    assert!(open(&mut sb, a, &bytes(&spec(5000, None, 0)), 0) >= 0);
+    assert!(sb.has_channel(5000, Ipv4Addr::new(1, 1, 1, 1), b"x"));
+    assert!(!sb.has_channel(5001, Ipv4Addr::new(1, 1, 1, 1), b"x"));
+    assert!(sb.unload(a));
+    assert!(!sb.has_channels());
+}
+
+fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds").join(target);
+    let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn demux_spec_fuzz_seeds() {
+    let s = seeds("demux_spec");
+    assert!(s.len() >= 5);
+    for (name, data) in &s {
+        anode_sandbox::fuzzing::demux_spec(data);
+        let ok = DemuxSpec::parse(data).is_ok();
+        let expect_bad = ["bad_", "trailing", "truncated"].iter().any(|p| name.starts_with(p));
+        assert_eq!(ok, !expect_bad, "seed {name}");
+        // Truncations and flips of each seed: typed errors only.
+        for n in 0..data.len() {
+            anode_sandbox::fuzzing::demux_spec(&data[..n]);
+            let mut m = data.clone();
+            m[n] ^= 0x5a;
+            anode_sandbox::fuzzing::demux_spec(&m);
+        }
+    }
+}
+
+#[test]
+fn the_session_heap_binds_a_fifo_larger_than_the_reservation() {
+    let mut sb = sandbox();
+    sb.set_session_heap(principal(1), Some(1 << 20));
+    let a = load(&mut sb, principal(1), None);
+    // A 16 MiB FIFO in a 1 MiB session: the heap stops it.
+    assert!(open(&mut sb, a, &bytes(&spec(5000, None, 16 << 20)), 0) >= 0);
+    let mut jobs = Vec::new();
+    for _ in 0..2000 {
+        sb.demux_into(Ipv4Addr::new(1, 1, 1, 1), 5000, &[0; 1000], &mut jobs);
+    }
+    let held = jobs.len();
+    assert!(held > 100 && held < 1000, "{held}");
+    let i = &sb.channel_infos()[0];
+    assert_eq!((i.delivered as usize, i.dropped_full as usize), (held, 2000 - held));
+    let u = sb.heap(&principal(1)).unwrap();
+    assert!(u.used <= 1 << 20 && u.refusals as usize >= 2000 - held, "{u:?}");
+    drop(jobs);
+    assert_eq!(sb.channel_infos()[0].queued_bytes, 0);
+    assert_eq!(sb.heap(&principal(1)).unwrap().queued, 0);
+}
