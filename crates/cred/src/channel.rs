@@ -16,7 +16,9 @@
 //! administrative credential covers everything. A credential with no
 //! `channel` fact at all grants what it granted before this existed
 //! (any channel; [`ChannelAuthority::Unrestricted`]), so credentials issued
-//! before keep working: see docs/channels.md for this gap.
+//! before keep working, unless the node requires grants
+//! (`VerifierConfig::require_channel_grants`, `[modules]
+//! require_channel_grants`): then it grants no channel.
 //!
 //! Facts of attenuation blocks are not trusted (as for every other grant),
 //! so a holder cannot add a grant; it can only add checks.
@@ -145,10 +147,19 @@ impl ChannelAuthority {
 
 /// The channel authority of the authority block's `channel` facts
 /// (`facts`: the pairs the authorizer found); a malformed fact is an error,
-/// so that an issuer's typo does not silently grant less (or more).
-pub fn authority_of(admin: bool, facts: &[(String, String)]) -> Result<ChannelAuthority, ChannelGrantError> {
-    if admin || facts.is_empty() {
+/// so that an issuer's typo does not silently grant less (or more). An
+/// ordinary credential without any `channel` fact grants every channel, or
+/// none when the node `requires` grants.
+pub fn authority_of(
+    admin: bool,
+    requires: bool,
+    facts: &[(String, String)],
+) -> Result<ChannelAuthority, ChannelGrantError> {
+    if admin {
         return Ok(ChannelAuthority::Unrestricted);
+    }
+    if facts.is_empty() {
+        return Ok(if requires { ChannelAuthority::Granted(Vec::new()) } else { ChannelAuthority::Unrestricted });
     }
     let mut v = Vec::new();
     for (p, s) in facts.iter().take(MAX_CHANNEL_GRANTS) {
@@ -218,10 +229,16 @@ mod tests {
         assert!(!g.covers(5000, Some((Ipv4Addr::new(10, 0, 2, 0), 24))), "another prefix");
         let any = ChannelGrant::parse("5000", "*").unwrap();
         assert!(any.covers(5000, None));
-        let a = authority_of(false, &[("5000".into(), "*".into())]).unwrap();
+        let a = authority_of(false, false, &[("5000".into(), "*".into())]).unwrap();
         assert!(a.allows(5000, None) && !a.allows(5001, None));
-        assert_eq!(authority_of(true, &[("x".into(), "*".into())]), Ok(ChannelAuthority::Unrestricted));
-        assert!(authority_of(false, &[("x".into(), "*".into())]).is_err());
-        assert_eq!(authority_of(false, &[]), Ok(ChannelAuthority::Unrestricted));
+        assert_eq!(authority_of(true, false, &[("x".into(), "*".into())]), Ok(ChannelAuthority::Unrestricted));
+        assert!(authority_of(false, false, &[("x".into(), "*".into())]).is_err());
+        assert_eq!(authority_of(false, false, &[]), Ok(ChannelAuthority::Unrestricted));
+        // A node that requires grants: no fact, no channel; admin and
+        // granted credentials as before.
+        let none = authority_of(false, true, &[]).unwrap();
+        assert!(!none.allows(5000, None) && !none.allows(5000, Some((Ipv4Addr::new(10, 0, 0, 0), 24))));
+        assert_eq!(authority_of(true, true, &[]), Ok(ChannelAuthority::Unrestricted));
+        assert!(authority_of(false, true, &[("5000".into(), "*".into())]).unwrap().allows(5000, None));
     }
 }

@@ -569,6 +569,10 @@ pub struct VerifierConfig {
     pub decision_ttl: Duration,
     /// Most cached decisions.
     pub decision_cache: usize,
+    /// Whether an ordinary module credential needs `channel` facts to open
+    /// receive channels (else one without any may open every channel, as
+    /// before channel grants existed).
+    pub require_channel_grants: bool,
 }
 
 impl Default for VerifierConfig {
@@ -578,6 +582,7 @@ impl Default for VerifierConfig {
             run_limits: AuthorizerLimits { max_facts: 1000, max_iterations: 100, max_time: Duration::from_millis(50) },
             decision_ttl: Duration::from_secs(1),
             decision_cache: 4096,
+            require_channel_grants: false,
         }
     }
 }
@@ -691,7 +696,7 @@ impl Verifier {
         let admin: Vec<(bool,)> = a.query("q(true) <- right(\"admin\")").map_err(run_err)?;
         let admin = !admin.is_empty();
         let channel_facts: Vec<(String, String)> = a.query("q($p, $s) <- channel($p, $s)").map_err(run_err)?;
-        let channels = crate::channel::authority_of(admin, &channel_facts)?;
+        let channels = crate::channel::authority_of(admin, self.cfg.require_channel_grants, &channel_facts)?;
         let node = self.cfg.node_limits;
         let (granted_ifaces, max) = if admin {
             (InterfaceSet::ALL, node)

@@ -650,6 +650,13 @@ pub struct ModulesConfig {
     /// without a session), `SLICE/PERIOD`; it always may use slack.
     #[serde(default = "best_effort_vp")]
     pub best_effort_vp: String,
+    /// Whether a module credential needs `channel` grants to open receive
+    /// channels (`anode cred issue --channel`). Off (the default), an
+    /// ordinary credential without any may open every channel, as before
+    /// channel grants existed; on, it may open none. Administrative
+    /// credentials may open any either way.
+    #[serde(default)]
+    pub require_channel_grants: bool,
     /// Sessions the administrator opens at start (before the loads), for
     /// principals that need a reservation without contacting the node.
     #[serde(default, rename = "session", skip_serializing_if = "Vec::is_empty")]
@@ -719,6 +726,7 @@ impl ModulesConfig {
             cpu_capacity_percent: cpu_capacity_percent(),
             system_vp: system_vp(),
             best_effort_vp: best_effort_vp(),
+            require_channel_grants: false,
             sessions: Vec::new(),
         }
     }
@@ -1467,6 +1475,11 @@ mod tests {
         assert!(e(&rc("cpu_capacity_percent = 101")).contains("not in 1..=100"));
         assert!(e(&rc("system_vp = \"10ms\"")).contains("[modules] system_vp"));
         assert!(e(&rc("best_effort_vp = \"9ms/10ms\"\ncpu_capacity_percent = 50")).contains("[modules]"));
+        // Channel grants: off unless asked for; a wrong type is refused.
+        let m = |extra: &str| NodeConfig::from_toml(&rc(extra)).expect("valid").modules.expect("modules");
+        assert!(!m("").require_channel_grants);
+        assert!(m("require_channel_grants = true").require_channel_grants);
+        assert!(NodeConfig::from_toml(&rc("require_channel_grants = \"yes\"")).is_err());
     }
 
     #[test]

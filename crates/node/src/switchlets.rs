@@ -38,7 +38,9 @@ pub fn sandbox(
     let key = crate::config::parse_key(crate::config::KeyField::AdminKey, &cfg.admin_key)?;
     let root = anode_cred::root_key_from_ed25519(key.as_bytes()).map_err(ConfigError::AdminRoot)?;
     let routes = Arc::new(StaticRoutes { this: here, table });
-    Ok(Sandbox::new(root, SandboxConfig::default(), routes)?)
+    let mut sc = SandboxConfig::default();
+    sc.verifier.require_channel_grants = cfg.require_channel_grants;
+    Ok(Sandbox::new(root, sc, routes)?)
 }
 
 /// The status section for modules.

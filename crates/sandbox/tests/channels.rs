@@ -231,3 +231,24 @@ fn the_session_heap_binds_a_fifo_larger_than_the_reservation() {
     assert_eq!(sb.channel_infos()[0].queued_bytes, 0);
     assert_eq!(sb.heap(&principal(1)).unwrap().queued, 0);
 }
+
+#[test]
+fn a_node_that_requires_grants_refuses_channels_to_credentials_without_any() {
+    let mut cfg = anode_sandbox::SandboxConfig::default();
+    cfg.verifier.require_channel_grants = true;
+    let mut sb = sandbox_with(cfg, line_routes(1, 1));
+    // An ordinary credential with no channel fact: no channel at all.
+    let m = load(&mut sb, principal(1), Some(&[]));
+    assert_eq!(open(&mut sb, m, &bytes(&spec(5000, Some((NET1, 24)), 0)), 0), E_DENIED);
+    assert_eq!(open(&mut sb, m, &bytes(&spec(5000, None, 0)), 0), E_DENIED);
+    // A granted one gets what it was granted; an administrative one anything.
+    let grant = ChannelGrant::parse("5000", "10.0.1.0/24").unwrap();
+    let g = load(&mut sb, principal(2), Some(&[grant]));
+    assert!(open(&mut sb, g, &bytes(&spec(5000, Some((NET1, 24)), 0)), 0) >= 0);
+    let a = load(&mut sb, principal(3), None);
+    assert!(open(&mut sb, a, &bytes(&spec(7, None, 0)), 0) >= 0);
+    // Without the requirement the first credential may open anything (as before grants).
+    let mut sb = sandbox();
+    let m = load(&mut sb, principal(1), Some(&[]));
+    assert!(open(&mut sb, m, &bytes(&spec(5000, None, 0)), 0) >= 0);
+}
