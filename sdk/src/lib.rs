@@ -44,6 +44,7 @@ pub mod sys {
         pub fn send(dst: i32, port: i32, ptr: *const u8, len: i32) -> i32;
         pub fn deliver_local(port: i32, ptr: *const u8, len: i32) -> i32;
         pub fn source() -> i32;
+        pub fn subflow() -> i64;
         pub fn forward_capsule(to: i32, ep: *const u8, el: i32, dp: *const u8, dl: i32, carry_code: i32) -> i32;
         pub fn open_channel(port: i32, pp: *const u8, pl: i32, ep: *const u8, el: i32) -> i32;
         pub fn open_channel_spec(sp: *const u8, sl: i32, ep: *const u8, el: i32, vp: i32) -> i32;
@@ -204,6 +205,12 @@ pub mod net {
     /// The address the current packet or capsule came from (0: none).
     pub fn source() -> u32 {
         unsafe { super::sys::source() as u32 }
+    }
+    /// The current channel packet's sub-flow: a hash of the key fields its
+    /// channel's spec names (RCANE's sub-flow demultiplexing), so packets
+    /// of one sub-flow share a value; 0 for a channel without keys.
+    pub fn subflow() -> u64 {
+        unsafe { super::sys::subflow() as u64 }
     }
     /// Sends the running capsule on to neighbour `to` with a new entry and
     /// data; `carry_code` sends the code along, otherwise only its hash.

@@ -119,6 +119,8 @@ pub(crate) struct CallCtx {
     pub module: u32,
     pub now_ms: u64,
     pub source: u32,
+    /// The channel packet's sub-flow (`net.subflow`), 0 otherwise.
+    pub subflow: u64,
     pub input: Vec<u8>,
     pub out: Vec<Action>,
     pub sends: u32,
@@ -403,7 +405,16 @@ pub const FUNCTIONS: &[(&str, &[&str])] = &[
     ("route", &["this_host", "next_hop"]),
     (
         "net",
-        &["send", "deliver_local", "source", "forward_capsule", "open_channel", "open_channel_spec", "close_channel"],
+        &[
+            "send",
+            "deliver_local",
+            "source",
+            "subflow",
+            "forward_capsule",
+            "open_channel",
+            "open_channel_spec",
+            "close_channel",
+        ],
     ),
     ("time", &["now_ms", "set_alarm", "cancel_alarm"]),
     ("state", &["put", "get", "remove"]),
@@ -560,6 +571,9 @@ fn define_net(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
     })?;
     // source() -> the address the current packet came from (0: none)
     l.func_wrap("net", "source", |c: C<'_>| -> i32 { c.data().call.source as i32 })?;
+    // subflow() -> the channel packet's sub-flow (RCANE §IV-D step 3): a
+    // hash of its channel's key fields, 0 without keys or outside a packet.
+    l.func_wrap("net", "subflow", |c: C<'_>| -> i64 { c.data().call.subflow as i64 })?;
     // forward_capsule(to, entry_ptr, entry_len, data_ptr, data_len, carry_code) -> 0:
     // the running capsule, with a new entry and data, to neighbour `to`.
     l.func_wrap(

@@ -252,3 +252,69 @@ fn a_node_that_requires_grants_refuses_channels_to_credentials_without_any() {
     let m = load(&mut sb, principal(1), Some(&[]));
     assert!(open(&mut sb, m, &bytes(&spec(5000, None, 0)), 0) >= 0);
 }
+
+/// `open` as in [`RX_WAT`]; `pkt` records `net.subflow` of each packet;
+/// `last` returns the last one's low 32 bits, `high` its high 32 bits.
+const SUBFLOW_WAT: &str = r#"(module
+  (import "anode" "register" (func $reg (param i32 i32 i32) (result i32)))
+  (import "anode" "input_read" (func $input (param i32 i32 i32) (result i32)))
+  (import "net" "open_channel_spec" (func $open (param i32 i32 i32 i32 i32) (result i32)))
+  (import "net" "subflow" (func $subflow (result i64)))
+  (memory (export "memory") 1)
+  (global $last (mut i64) (i64.const -1))
+  (data (i32.const 0) "open")
+  (data (i32.const 8) "pkt")
+  (data (i32.const 16) "last")
+  (data (i32.const 24) "high")
+  (func $open_f (param i32 i32) (result i32) (local $len i32)
+    (local.set $len (call $input (i32.const 1024) (i32.const 512) (i32.const 0)))
+    (call $open (i32.const 1024) (local.get $len) (i32.const 8) (i32.const 3) (local.get 0)))
+  (func $pkt (param i32 i32) (result i32) (global.set $last (call $subflow)) (i32.const 0))
+  (func $last_f (param i32 i32) (result i32) (i32.wrap_i64 (global.get $last)))
+  (func $high_f (param i32 i32) (result i32) (i32.wrap_i64 (i64.shr_u (global.get $last) (i64.const 32))))
+  (table (export "__indirect_function_table") 4 funcref)
+  (elem (i32.const 0) $open_f $pkt $last_f $high_f)
+  (func (export "anode_init")
+    (drop (call $reg (i32.const 0) (i32.const 4) (i32.const 0)))
+    (drop (call $reg (i32.const 8) (i32.const 3) (i32.const 1)))
+    (drop (call $reg (i32.const 16) (i32.const 4) (i32.const 2)))
+    (drop (call $reg (i32.const 24) (i32.const 4) (i32.const 3)))))"#;
+
+#[test]
+fn each_packet_carries_its_subflow_to_the_channels_entry() {
+    let mut sb = sandbox();
+    let code = wat(SUBFLOW_WAT);
+    let cred = admin(principal(1));
+    let limits = RequestedLimits { cpu: Some(1_000_000), memory: Some(1 << 20), ..Default::default() };
+    let ls = LoadSpec { code: &code, credential: Some(cred.to_bytes()), requester: None, local_name: None, limits };
+    let m = sb.load(now(0), &ls).unwrap();
+    // Port 6000 keyed on payload bytes 0..2; port 6001 without keys.
+    let mut keyed = spec(6000, None, 0);
+    keyed.keys = vec![SubKey::Payload { offset: 0, len: 2 }];
+    assert!(open(&mut sb, m, &bytes(&keyed), 0) >= 0);
+    assert!(open(&mut sb, m, &bytes(&spec(6001, None, 0)), 0) >= 0);
+    let run = |sb: &mut Sandbox, entry: &str| {
+        let mut out = Vec::new();
+        run_job(sb, Job::new(m, JobKind::Entry { entry: entry.into(), arg: 0 }, Vec::new(), 0), &mut out).unwrap()
+    };
+    let flow = |sb: &mut Sandbox, port: u16, payload: &[u8]| -> u64 {
+        let mut jobs = Vec::new();
+        sb.demux_into(NET1, port, payload, &mut jobs);
+        assert_eq!(jobs.len(), 1);
+        let job = jobs.pop().unwrap();
+        let mut out = Vec::new();
+        run_job(sb, job, &mut out).unwrap();
+        (u64::from(run(sb, "high") as u32) << 32) | u64::from(run(sb, "last") as u32)
+    };
+    let a1 = flow(&mut sb, 6000, b"AAxxxx");
+    let a2 = flow(&mut sb, 6000, b"AAyy");
+    let b = flow(&mut sb, 6000, b"BBxxxx");
+    assert_eq!(a1, a2, "same key fields, same sub-flow");
+    assert_ne!(a1, b, "other key fields, another sub-flow");
+    assert_ne!(a1, 0);
+    assert_eq!(a1, keyed.subflow(NET1, b"AA").unwrap(), "the spec's hash of the key fields");
+    assert_eq!(flow(&mut sb, 6001, b"AAxxxx"), 0, "a channel without keys: 0");
+    // The immediate path gives the same value.
+    assert_eq!(sb.deliver(now(1), NET1, 6000, b"BBzz", &mut Vec::new()), 1);
+    assert_eq!((u64::from(run(&mut sb, "high") as u32) << 32) | u64::from(run(&mut sb, "last") as u32), b);
+}

@@ -9,13 +9,19 @@ impl Sandbox {
     /// Delivers a packet for `port` from `source` to every channel whose demux
     /// spec matches, at once (no queue). Returns how many entries ran.
     pub fn deliver(&mut self, now: Now, source: Ipv4Addr, port: u16, payload: &[u8], out: &mut Vec<Action>) -> usize {
-        let targets: Vec<(ModuleId, i32)> =
-            self.channels.lookup(port, source, payload).map(|c| (c.module, c.handle)).collect();
+        let targets: Vec<(ModuleId, i32, u64)> = self
+            .channels
+            .lookup(port, source, payload)
+            .filter_map(|c| Some((c.module, c.handle, c.spec.subflow(source, payload)?)))
+            .collect();
         let mut n = 0;
-        for (module, handle) in targets {
+        for (module, handle, subflow) in targets {
             let Ok(Some(entry)) = self.object_entry(module, handle) else { continue };
             self.counters.channel_deliveries += 1;
-            let _ = self.call(now, module, &entry, handle, payload, u32::from(source), None, out);
+            if let Ok(task) = self.start_call(now, module, &entry, handle, payload, (u32::from(source), subflow), None)
+            {
+                let _ = self.resume(task, &mut || true, out);
+            }
             n += 1;
         }
         n
@@ -88,6 +94,8 @@ impl Sandbox {
                     job.heap = heap;
                     job.fifo = fifo;
                     job.vp = c.vp;
+                    // Admitted, so the payload is long enough for every key.
+                    job.subflow = c.spec.subflow(source, payload).unwrap_or(0);
                     jobs.push(job);
                     o.queued += 1;
                 }

@@ -30,7 +30,7 @@ impl Sandbox {
         capsule: Option<CapsuleCtx>,
         out: &mut Vec<Action>,
     ) -> Result<i32, InvokeError> {
-        let task = self.start_call(now, id, entry, arg, input, source, capsule)?;
+        let task = self.start_call(now, id, entry, arg, input, (source, 0), capsule)?;
         match self.resume(task, &mut || true, out) {
             Step::Done(r) => r,
             // keep_going never says stop.
@@ -63,7 +63,7 @@ pub(super) fn begin_call(
     store: &mut Store<TenantState>,
     id: ModuleId,
     now: Now,
-    source: u32,
+    (source, subflow): (u32, u64),
     input: &[u8],
     capsule: Option<CapsuleCtx>,
 ) {
@@ -73,6 +73,7 @@ pub(super) fn begin_call(
     d.call.module = id.0;
     d.call.now_ms = now.ms;
     d.call.source = source;
+    d.call.subflow = subflow;
     d.call.input.clear();
     d.call.input.extend_from_slice(input);
     d.call.out.clear();

@@ -455,7 +455,7 @@ fn start_instance(
 ) -> Result<Started, LoadError> {
     let yields = space.yields;
     let store = space.store.as_mut().ok_or(LoadError::Busy)?;
-    begin_call(store, id, now, 0, &[], None);
+    begin_call(store, id, now, (0, 0), &[], None);
     store.data_mut().channel_auth.insert(id.0, grant.channels.clone());
     arm(store, cpu, grant.limits.cpu);
     space.instances += 1;

@@ -89,6 +89,9 @@ pub struct Job {
     /// The index of its session's VP that runs it (a channel's VP; 0
     /// otherwise).
     pub vp: u8,
+    /// The packet's sub-flow (`net.subflow`): the hash of its channel's
+    /// key fields; 0 for a channel without keys and for other jobs.
+    pub subflow: u64,
 }
 
 impl Job {
@@ -102,6 +105,7 @@ impl Job {
             heap: HeapCharge::default(),
             fifo: crate::demux::FifoCharge::default(),
             vp: 0,
+            subflow: 0,
         }
     }
 
@@ -202,12 +206,12 @@ impl Sandbox {
                 None => return Ok(None),
             },
             JobKind::Capsule { entry, ctx } => {
-                let t = self.start_call(now, job.module, &entry, 0, &job.input, job.source, Some(ctx.0))?;
+                let t = self.start_call(now, job.module, &entry, 0, &job.input, (job.source, 0), Some(ctx.0))?;
                 self.counters.capsules_run += 1;
                 return Ok(Some(t));
             }
         };
-        self.start_call(now, job.module, &entry, arg, &job.input, job.source, None).map(Some)
+        self.start_call(now, job.module, &entry, arg, &job.input, (job.source, job.subflow), None).map(Some)
     }
 
     /// Runs `task` until it ends or, at a preemption point, `keep_going`
@@ -261,7 +265,7 @@ impl Sandbox {
         entry: &str,
         arg: i32,
         input: &[u8],
-        source: u32,
+        (source, subflow): (u32, u64),
         capsule: Option<CapsuleCtx>,
     ) -> Result<Task, InvokeError> {
         self.counters.invocations += 1;
@@ -278,7 +282,7 @@ impl Sandbox {
             let space = t.slot(kind).as_mut().ok_or(InvokeError::NoSuchModule)?;
             let mut store = space.store.take().ok_or(InvokeError::Busy)?;
             m.counters.invocations += 1;
-            begin_call(&mut store, id, now, source, input, capsule);
+            begin_call(&mut store, id, now, (source, subflow), input, capsule);
             arm(&mut store, cpu, fuel);
             let len = input.len() as i32;
             let yield_count = store.data().yield_count.clone();
