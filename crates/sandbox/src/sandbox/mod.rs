@@ -545,6 +545,39 @@ struct Recheck {
     info: CodeInfo,
 }
 
+impl Recheck {
+    /// Decides again, at `now`, on a load of `local_name` importing
+    /// `interfaces` under this credential: when to look again (`None`:
+    /// never), or why it no longer allows the load. Dates are whole
+    /// seconds: a check that still holds at its own date is looked at again
+    /// a second later.
+    fn decide(
+        &self,
+        verifier: &mut Verifier,
+        now: Now,
+        local_name: Option<&str>,
+        interfaces: InterfaceSet,
+    ) -> Result<Option<std::time::SystemTime>, CredError> {
+        let req = LoadRequest {
+            credential: Some(&self.credential),
+            requester: self.requester,
+            code: &self.info,
+            local_name,
+            interfaces,
+            limits: self.limits,
+        };
+        let g = verifier.authorize(now.wall, &req)?;
+        Ok(g.recheck_at.map(|t| if t > now.wall { t } else { now.wall + std::time::Duration::from_secs(1) }))
+    }
+}
+
+/// The time on the node's clock (ms) at which wall time `at` falls
+/// (`now.ms` if it has passed).
+fn due_ms(now: Now, at: std::time::SystemTime) -> u64 {
+    let delay = at.duration_since(now.wall).map_or(0, |d| d.as_millis().min(u64::MAX as u128) as u64);
+    now.ms.saturating_add(delay)
+}
+
 struct Fetch {
     deadline: u64,
     waiting: Vec<(Ipv4Addr, Vec<u8>)>,

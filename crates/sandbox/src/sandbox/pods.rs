@@ -71,14 +71,9 @@ impl Sandbox {
         if let (Some(at), Some(c)) = (recheck_at, spec.credential) {
             let rc = Recheck { credential: c.into(), requester: spec.requester, limits: spec.limits, info: ins.info };
             self.pod_recheck.insert(id, (rc, spec.name.to_string(), ins.interfaces));
-            self.schedule_pod_recheck(now, id, at);
+            self.pod_rechecks.push(Reverse((due_ms(now, at), id)));
         }
         Ok(id)
-    }
-
-    fn schedule_pod_recheck(&mut self, now: Now, id: PodId, at: std::time::SystemTime) {
-        let delay = at.duration_since(now.wall).map_or(0, |d| d.as_millis().min(u64::MAX as u128) as u64);
-        self.pod_rechecks.push(Reverse((now.ms.saturating_add(delay), id)));
     }
 
     /// Decides again on the credentials of pods whose date has come; a pod
@@ -91,24 +86,10 @@ impl Sandbox {
             }
             self.pod_rechecks.pop();
             let Some((rc, name, interfaces)) = self.pod_recheck.get(&id) else { continue };
-            let req = LoadRequest {
-                credential: Some(&rc.credential),
-                requester: rc.requester,
-                code: &rc.info,
-                local_name: Some(name),
-                interfaces: *interfaces,
-                limits: rc.limits,
-            };
-            match self.verifier.authorize(now.wall, &req) {
-                Ok(g) => {
-                    if let Some(t) = g.recheck_at {
-                        // Dates are whole seconds: one that still holds at
-                        // its own date is looked at again a second later.
-                        let t = if t > now.wall { t } else { now.wall + std::time::Duration::from_secs(1) };
-                        self.schedule_pod_recheck(now, id, t);
-                    } else {
-                        self.pod_recheck.remove(&id);
-                    }
+            match rc.decide(&mut self.verifier, now, Some(name), *interfaces) {
+                Ok(Some(t)) => self.pod_rechecks.push(Reverse((due_ms(now, t), id))),
+                Ok(None) => {
+                    self.pod_recheck.remove(&id);
                 }
                 Err(e) => {
                     warn!(pod = %id, name = %name, reason = %e, "pod unloaded: its credential no longer allows it");

@@ -99,8 +99,7 @@ impl Sandbox {
     /// Schedules the next decision on module `id`'s credential at `at`.
     pub(super) fn schedule_recheck(&mut self, now: Now, id: ModuleId, at: Option<std::time::SystemTime>) {
         if let Some(t) = at {
-            let delay = t.duration_since(now.wall).map_or(0, |d| d.as_millis().min(u64::MAX as u128) as u64);
-            self.rechecks.push(Reverse((now.ms.saturating_add(delay), id)));
+            self.rechecks.push(Reverse((due_ms(now, t), id)));
         }
     }
 
@@ -119,25 +118,8 @@ impl Sandbox {
             else {
                 continue;
             };
-            let req = LoadRequest {
-                credential: Some(&rc.credential),
-                requester: rc.requester,
-                code: &rc.info,
-                local_name: name.as_deref(),
-                interfaces,
-                limits: rc.limits,
-            };
-            match self.verifier.authorize(now.wall, &req) {
-                Ok(g) => {
-                    // Dates are whole seconds: a check that still holds at
-                    // its own date is looked at again a second later.
-                    let next = match g.recheck_at {
-                        Some(t) if t > now.wall => Some(t),
-                        Some(_) => Some(now.wall + std::time::Duration::from_secs(1)),
-                        None => None,
-                    };
-                    self.schedule_recheck(now, id, next);
-                }
+            match rc.decide(&mut self.verifier, now, name.as_deref(), interfaces) {
+                Ok(next) => self.schedule_recheck(now, id, next),
                 Err(e) => {
                     warn!(module = %id, principal = %principal, reason = %e,
                           "module unloaded: its credential no longer allows it");
