@@ -6,11 +6,14 @@
 //! - `plot-fig11`: the PNG of one or more Fig. 11 traces.
 //! - `stats`: per-load statistics of Fig. 11 traces.
 //! - `fig16`: RCANE Fig. 16 (isolation of allocation) in the sandbox.
+//! - `fig12`, `fig12-module`, `fig12-receive`: RCANE Fig. 12 (transmit
+//!   reservations per link) on real daemons, with `scripts/fig12`.
 //!
 //! The trace format is `anode_sched::trace` (docs/rcane.md), shared with the
 //! anode node's own run.
 
 mod fig11;
+mod fig12;
 mod fig16;
 mod periods;
 mod plot;
@@ -42,6 +45,16 @@ pub enum ExperimentCmd {
     /// time: B (1 ms in 4 ms) beside A allocating heavily, in one session
     /// and in two; writes fig16.csv and fig16.png.
     Fig16(fig16::Fig16Args),
+    /// RCANE Fig. 12 from a run of scripts/fig12: rates per 6 ms and per
+    /// second by sender (CSV, PNG) and statistics against the reservations.
+    Fig12(fig12::Fig12Args),
+    /// The Fig. 12 sending module (WAT compiled to wasm) for one sender tag.
+    #[command(name = "fig12-module")]
+    Fig12Module(fig12::ModuleArgs),
+    /// The Fig. 12 receiver: registers a port at a node and timestamps
+    /// every packet by sender tag.
+    #[command(name = "fig12-receive")]
+    Fig12Receive(fig12::ReceiveArgs),
     /// A Fig. 11 trace from a node's period log (`anode node --period-log`).
     #[command(name = "from-periods")]
     FromPeriods(periods::FromPeriodsArgs),
@@ -62,6 +75,9 @@ pub fn run(c: ExperimentCmd) -> Result<std::process::ExitCode> {
     match c {
         ExperimentCmd::Fig11(a) => fig11::run(a),
         ExperimentCmd::Fig16(a) => fig16::run(a),
+        ExperimentCmd::Fig12(a) => fig12::run(a),
+        ExperimentCmd::Fig12Module(a) => fig12::module(a),
+        ExperimentCmd::Fig12Receive(a) => fig12::receive(a),
         ExperimentCmd::FromPeriods(a) => periods::run(a),
         ExperimentCmd::PlotFig11 { csv, output } => {
             let t = load(&csv)?;

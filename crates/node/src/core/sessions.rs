@@ -75,6 +75,9 @@ pub(crate) struct Sched {
     tx: HashMap<PrincipalId, anode_sched::ByteBucket>,
     /// Every principal's best-effort transmit allowance, bytes/s.
     tx_default: u64,
+    /// Interfaces whose transmissions the daemon schedules per link: they
+    /// are charged when sent ([`Node::charge_sent`]), not when produced.
+    paced: Vec<bool>,
     pub counters: SchedCounters,
 }
 
@@ -139,6 +142,7 @@ impl Sched {
             gone_check_at: None,
             tx: HashMap::new(),
             tx_default: DEFAULT_TX_BYTES_PER_SEC,
+            paced: Vec::new(),
             counters: SchedCounters::default(),
         })
     }
@@ -284,6 +288,32 @@ impl Node {
         if let Some(s) = self.sched.as_mut() {
             s.tx_default = bytes_per_sec;
         }
+    }
+
+    /// Marks the interfaces whose transmissions the daemon schedules per
+    /// link (`rate_bps`): their bytes are charged to the sending session
+    /// when the link scheduler sends them ([`charge_sent`](Self::charge_sent)),
+    /// so that what a full queue dropped is not charged.
+    pub fn set_paced(&mut self, paced: Vec<bool>) {
+        if let Some(s) = self.sched.as_mut() {
+            s.paced = paced;
+        }
+    }
+
+    /// Charges `packets` datagrams of `bytes` that a paced link sent for
+    /// `owner` to its session (nothing without RCANE).
+    pub fn charge_sent(&mut self, owner: Owner, packets: u64, bytes: u64) {
+        if let Some(s) = self.sched.as_mut() {
+            let sid = s.session_of(owner);
+            let _ = s.rcane.charge_tx(sid, packets, bytes);
+        }
+    }
+
+    /// The transmit reservation of `p`'s session, bytes/s (0: none, or
+    /// RCANE off).
+    pub fn tx_reserved_of(&self, p: PrincipalId) -> u64 {
+        let Some(s) = self.sched.as_ref() else { return 0 };
+        s.by_principal.get(&p).map_or(0, |sid| s.rcane.tx_reserved(*sid))
     }
 
     /// Whether RCANE scheduling is on.
@@ -500,6 +530,9 @@ impl Node {
     pub(super) fn charge_transmits(&mut self, out: &Outbox, mark: usize) {
         let Some(s) = self.sched.as_mut() else { return };
         for t in out.transmits.iter().skip(mark) {
+            if s.paced.get(t.iface).copied().unwrap_or(false) {
+                continue;
+            }
             let len = match &t.data {
                 super::Data::Input(r) | super::Data::Arena(r) => r.len() as u64,
             };

@@ -1,0 +1,217 @@
+//! Transmit scheduling per paced link (RCANE §IV-D, §VI-B): the daemon's
+//! side of [`anode_sched::tx`].
+//!
+//! An interface with `rate_bps` gets a [`LinkSched`]: what the core
+//! produces for it is queued per owner (a principal's session, System,
+//! Best-Effort) instead of being sent at once, and the event loop releases
+//! it at the link's rate, from its timer ([`Pacer::next_due_ns`]). A
+//! principal's session transmit reservation (bytes/s) becomes a guarantee
+//! of `period * reservation * 8 / rate` of link time in every period of
+//! the interface (`tx_period_us`, 6 ms by default); everyone else is best
+//! effort. The guarantee follows the reservation: it is compared at each
+//! packet of the principal and at each release, so a reservation change
+//! or a closed session takes effect on the next packet or wakeup.
+//!
+//! Interfaces without a rate are untouched: their transmissions go out as
+//! produced and cost one branch per interface.
+
+use anode_node::config::InterfaceConfig;
+use anode_node::core::{Node, Owner};
+use anode_node::counters::Drop;
+use anode_sandbox::PrincipalId;
+use anode_sched::tx::{ClientInfo, Guarantee, LinkSched, TxConfig, TxError};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use tracing::warn;
+
+/// The guarantee period unless `tx_period_us` says otherwise: the paper's 6 ms.
+pub(crate) const DEFAULT_PERIOD_NS: u64 = 6_000_000;
+
+/// How far behind the clock a link may start datagrams when the event loop
+/// comes back late (a guaranteed dispatch of module work runs its slice
+/// out, up to a few ms, before the loop sends again): 2 ms, a third of the
+/// default period. Lateness up to this is not lost link time; the price is
+/// a burst of up to this much link time at once.
+pub(crate) const CATCH_UP_NS: u64 = 2_000_000;
+
+/// A datagram waiting for its link.
+#[derive(Debug)]
+pub(crate) struct Queued {
+    pub(crate) to: SocketAddr,
+    pub(crate) bytes: Vec<u8>,
+}
+
+/// One paced link.
+#[derive(Debug)]
+pub(crate) struct Link {
+    sched: LinkSched<Owner, Queued>,
+    period_ns: u64,
+    /// The reservation (bytes/s) each principal's guarantee was last made
+    /// from, and whether the link refused it.
+    applied: HashMap<PrincipalId, (u64, bool)>,
+    /// Guarantees the link refused (the sum would exceed the link).
+    refused: u64,
+}
+
+/// The paced links, by interface index (`None`: sent as produced).
+#[derive(Debug, Default)]
+pub(crate) struct Pacer {
+    links: Vec<Option<Link>>,
+}
+
+impl Pacer {
+    /// A link scheduler for each interface with a rate.
+    pub(crate) fn new(ifaces: &[InterfaceConfig]) -> Pacer {
+        let links = ifaces
+            .iter()
+            .map(|i| {
+                let rate = i.rate_bps?;
+                let mut cfg = TxConfig::new(rate);
+                cfg.catch_up_ns = CATCH_UP_NS;
+                if let Some(q) = i.tx_queue_bytes {
+                    cfg.queue_bytes = q;
+                }
+                let sched = LinkSched::new(cfg).ok()?;
+                let period_ns = i.tx_period_us.map_or(DEFAULT_PERIOD_NS, |us| us.saturating_mul(1000));
+                Some(Link { sched, period_ns, applied: HashMap::new(), refused: 0 })
+            })
+            .collect();
+        Pacer { links }
+    }
+
+    /// Whether any link is paced.
+    pub(crate) fn any(&self) -> bool {
+        self.links.iter().any(Option::is_some)
+    }
+
+    /// Which interfaces are paced.
+    pub(crate) fn mask(&self) -> Vec<bool> {
+        self.links.iter().map(Option::is_some).collect()
+    }
+
+    /// Whether interface `iface` is paced.
+    pub(crate) fn paced(&self, iface: usize) -> bool {
+        self.links.get(iface).is_some_and(Option::is_some)
+    }
+
+    /// Queues a datagram of `owner` for paced interface `iface`; a full
+    /// queue drops it (counted in the node's drops and the link's status).
+    pub(crate) fn enqueue(
+        &mut self,
+        node: &mut Node,
+        iface: usize,
+        owner: Owner,
+        to: SocketAddr,
+        bytes: &[u8],
+        now_ns: u64,
+    ) {
+        let Some(Some(link)) = self.links.get_mut(iface) else { return };
+        if let Owner::Principal(p) = owner {
+            link.follow(p, node.tx_reserved_of(p), now_ns);
+        }
+        let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+        match link.sched.enqueue(owner, len, Queued { to, bytes: bytes.to_vec() }, now_ns) {
+            Ok(()) => {}
+            Err(TxError::TooManyClients) => node.counters.drop(Drop::TxNoClient),
+            Err(_) => node.counters.drop(Drop::TxQueueFull),
+        }
+    }
+
+    /// Makes every guarantee follow its principal's current reservation
+    /// (a closed session's guarantee is released here even if it never
+    /// sends again).
+    pub(crate) fn follow_all(&mut self, node: &Node, now_ns: u64) {
+        for link in self.links.iter_mut().flatten() {
+            let ps: Vec<PrincipalId> = link.applied.keys().copied().collect();
+            for p in ps {
+                link.follow(p, node.tx_reserved_of(p), now_ns);
+            }
+        }
+    }
+
+    /// Takes the datagrams of `iface` that may go at `now_ns` into `out`
+    /// (cleared first), with their owners.
+    pub(crate) fn release(&mut self, iface: usize, now_ns: u64, out: &mut Vec<(Owner, Queued)>) {
+        out.clear();
+        let Some(Some(link)) = self.links.get_mut(iface) else { return };
+        while let Some(r) = link.sched.poll(now_ns) {
+            out.push((r.key, r.item));
+            if out.len() >= crate::BATCH {
+                break;
+            }
+        }
+    }
+
+    /// The number of interfaces (paced or not).
+    pub(crate) fn len(&self) -> usize {
+        self.links.len()
+    }
+
+    /// When the next paced datagram may go (ns on the daemon's clock);
+    /// `None` when nothing is queued, so an idle node does not wake.
+    pub(crate) fn next_due_ns(&self, now_ns: u64) -> Option<u64> {
+        self.links.iter().flatten().filter_map(|l| l.sched.next_due(now_ns)).min()
+    }
+
+    /// The `tx` section of `status` for interface `iface`, if paced.
+    pub(crate) fn status(&self, iface: usize) -> Option<serde_json::Value> {
+        use serde_json::json;
+        let link = self.links.get(iface)?.as_ref()?;
+        let s = link.sched.stats();
+        let clients: Vec<serde_json::Value> = link
+            .sched
+            .clients()
+            .into_iter()
+            .map(|ClientInfo { key, guarantee, budget_ns, stats: c }| {
+                json!({
+                    "owner": key.to_string(),
+                    "guarantee": guarantee.map(|g| json!({"slice_ns": g.slice_ns, "period_ns": g.period_ns})),
+                    "budget_ns": budget_ns,
+                    "sent_packets": c.sent_packets, "sent_bytes": c.sent_bytes, "sent_link_ns": c.sent_ns,
+                    "dropped_packets": c.dropped_packets, "dropped_bytes": c.dropped_bytes,
+                    "queued_packets": c.queued_packets, "queued_bytes": c.queued_bytes,
+                })
+            })
+            .collect();
+        Some(json!({
+            "rate_bps": link.sched.config().rate_bps,
+            "period_ns": link.period_ns,
+            "queue_bytes": link.sched.config().queue_bytes,
+            "booked_ppb": s.booked_ppb,
+            "queued_packets": s.queued_packets, "queued_bytes": s.queued_bytes,
+            "sent_packets": s.sent_packets, "sent_bytes": s.sent_bytes,
+            "dropped_queue_full": s.dropped_queue_full, "dropped_no_client": s.dropped_no_client,
+            "guarantees_refused": link.refused,
+            "clients": clients,
+        }))
+    }
+}
+
+impl Link {
+    /// Makes `p`'s guarantee on this link the one its reservation of
+    /// `bytes_per_sec` maps to, if that changed since last time.
+    fn follow(&mut self, p: PrincipalId, bytes_per_sec: u64, now_ns: u64) {
+        if self.applied.get(&p).is_some_and(|(b, _)| *b == bytes_per_sec) {
+            return;
+        }
+        let g = Guarantee::from_bytes_per_sec(bytes_per_sec, self.sched.config().rate_bps, self.period_ns);
+        let ok = match self.sched.set_guarantee(Owner::Principal(p), g, now_ns) {
+            Ok(()) => true,
+            Err(e) => {
+                // The sessions' reservations are admitted against the
+                // node's transmit capacity, not per link: a link slower
+                // than that capacity can refuse. The session then sends
+                // as best effort on this link (and keeps any guarantee it
+                // had).
+                self.refused += 1;
+                warn!(principal = %p, error = %e, "a transmit reservation does not fit this link");
+                false
+            }
+        };
+        if bytes_per_sec == 0 && ok {
+            self.applied.remove(&p);
+        } else {
+            self.applied.insert(p, (bytes_per_sec, ok));
+        }
+    }
+}
