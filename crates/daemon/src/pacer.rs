@@ -71,7 +71,11 @@ impl Pacer {
                 if let Some(q) = i.tx_queue_bytes {
                     cfg.queue_bytes = q;
                 }
-                let sched = LinkSched::new(cfg).ok()?;
+                let mut sched = LinkSched::new(cfg).ok()?;
+                // The node's own traffic (handshakes, keepalives, control
+                // replies) goes first, even on a link booked to the last
+                // percent.
+                sched.set_priority(Owner::System, true).ok()?;
                 let period_ns = i.tx_period_us.map_or(DEFAULT_PERIOD_NS, |us| us.saturating_mul(1000));
                 Some(Link { sched, period_ns, applied: HashMap::new(), refused: 0 })
             })
@@ -170,6 +174,8 @@ impl Pacer {
                     "sent_packets": c.sent_packets, "sent_bytes": c.sent_bytes, "sent_link_ns": c.sent_ns,
                     "dropped_packets": c.dropped_packets, "dropped_bytes": c.dropped_bytes,
                     "queued_packets": c.queued_packets, "queued_bytes": c.queued_bytes,
+                    "two_period_windows": c.two_period_windows,
+                    "two_period_within_one_packet": c.two_period_within_one_packet,
                 })
             })
             .collect();

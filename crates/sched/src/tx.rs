@@ -27,6 +27,11 @@
 //!   round robin over bytes, one quantum per turn.
 //! - Guarantees are admitted (the sum of `slice / period` over clients stays
 //!   at most 1) and may change at run time ([`LinkSched::set_guarantee`]).
+//! - A **priority** client ([`LinkSched::set_priority`]: the node's own
+//!   control traffic) is served before everyone, unbooked: its packets must
+//!   not wait behind a link booked to the last percent, and its volume is
+//!   bounded elsewhere (handshake and request rate limits). Each of its
+//!   packets delays the others by its link time.
 //!
 //! # Invariants
 //! - Memory is bounded: at most `max_clients` clients, each queue at most
@@ -157,6 +162,14 @@ pub struct ClientStats {
     pub queued_packets: u64,
     /// Bytes queued now.
     pub queued_bytes: u64,
+    /// A guaranteed client's windows of two consecutive periods throughout
+    /// which it was backlogged (packets queued at both period ends) and its
+    /// guarantee did not change: the windows in which it asked for at least
+    /// its guarantee.
+    pub two_period_windows: u64,
+    /// Of those, the windows in which the link time it received was within
+    /// one of its largest packets of two slices (the paper's goal).
+    pub two_period_within_one_packet: u64,
 }
 
 /// A client as [`LinkSched::clients`] shows it.
@@ -218,6 +231,15 @@ struct Client<T> {
     budget_ns: i64,
     period_end: u64,
     deficit: u64,
+    /// Served before everyone (see the module doc).
+    priority: bool,
+    /// Link time sent in its current period, ns.
+    cur_ns: u64,
+    /// Link time sent in its previous period, if it was backlogged at that
+    /// period's end.
+    prev_ns: Option<u64>,
+    /// Its longest packet's link time so far, ns.
+    max_pkt_ns: u64,
     /// Its best-effort turn has started (its quantum was added).
     turn: bool,
     in_ring: bool,
@@ -233,6 +255,10 @@ impl<T> Client<T> {
             budget_ns: 0,
             period_end: 0,
             deficit: 0,
+            cur_ns: 0,
+            prev_ns: None,
+            max_pkt_ns: 0,
+            priority: false,
             turn: false,
             in_ring: false,
             stats: ClientStats::default(),
@@ -259,8 +285,26 @@ impl<T> Client<T> {
         }
     }
 
+    /// Its period ended (the next one ends at `end`): records the window of
+    /// its last two periods if it was backlogged at both ends (and only one
+    /// period passed).
+    fn period_ended(&mut self, end: u64) {
+        let Some(g) = self.guarantee else { return };
+        let one = end == self.period_end.saturating_add(g.period_ns);
+        let backlogged = self.queue.front().is_some_and(|(_, at, _)| *at <= self.period_end);
+        if let (true, true, Some(prev)) = (one, backlogged, self.prev_ns) {
+            self.stats.two_period_windows += 1;
+            let got = prev.saturating_add(self.cur_ns);
+            if got.abs_diff(2 * g.slice_ns) <= self.max_pkt_ns {
+                self.stats.two_period_within_one_packet += 1;
+            }
+        }
+        self.prev_ns = (one && backlogged).then_some(self.cur_ns);
+        self.cur_ns = 0;
+    }
+
     fn idle(&self) -> bool {
-        self.queue.is_empty() && self.guarantee.is_none()
+        self.queue.is_empty() && self.guarantee.is_none() && !self.priority
     }
 }
 
@@ -356,6 +400,9 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
         }
         let Some(c) = self.clients.get_mut(&key) else { return Err(TxError::TooManyClients) };
         let (budget, end) = c.refilled(now);
+        // A window across a change compares with neither guarantee.
+        c.prev_ns = None;
+        c.cur_ns = 0;
         match (old, g) {
             (_, None) => {
                 c.guarantee = None;
@@ -381,6 +428,27 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
         }
         self.booked_ppb = others.saturating_add(new_ppb);
         self.stats.booked_ppb = self.booked_ppb;
+        Ok(())
+    }
+
+    /// Makes `key` a priority client (or not): served before everyone,
+    /// without a booking.
+    ///
+    /// # Errors
+    /// [`TxError::TooManyClients`].
+    pub fn set_priority(&mut self, key: K, priority: bool) -> Result<(), TxError> {
+        if !self.clients.contains_key(&key) {
+            if !priority {
+                return Ok(());
+            }
+            if !self.room() {
+                return Err(TxError::TooManyClients);
+            }
+            self.clients.insert(key.clone(), Client::new());
+        }
+        if let Some(c) = self.clients.get_mut(&key) {
+            c.priority = priority;
+        }
         Ok(())
     }
 
@@ -412,7 +480,7 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
         c.stats.queued_bytes += u64::from(len);
         self.stats.queued_packets += 1;
         self.stats.queued_bytes += u64::from(len);
-        if c.guarantee.is_none() && !c.in_ring {
+        if c.guarantee.is_none() && !c.priority && !c.in_ring {
             c.in_ring = true;
             self.ring.push_back(key);
         }
@@ -433,6 +501,7 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
         let mut due: Option<u64> = None;
         for c in self.clients.values().filter(|c| !c.queue.is_empty()) {
             let at = match c.guarantee {
+                _ if c.priority => t,
                 None => t,
                 Some(_) => {
                     let (budget, end) = c.refilled(now);
@@ -456,6 +525,7 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
         if t > now {
             return None;
         }
+        let urgent = self.clients.iter().find(|(_, c)| c.priority && !c.queue.is_empty()).map(|(k, _)| k.clone());
         // Guaranteed clients with budget, earliest period end first.
         let mut best: Option<(u64, &K)> = None;
         for (k, c) in self.clients.iter_mut() {
@@ -463,6 +533,9 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
                 continue;
             }
             let (budget, end) = c.refilled(now);
+            if end != c.period_end {
+                c.period_ended(end);
+            }
             c.budget_ns = budget;
             c.period_end = end;
             // Time carried over from the last period is due at its end.
@@ -472,9 +545,10 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
                 best = Some((due, k));
             }
         }
-        let (key, guaranteed) = match best {
-            Some((_, k)) => (k.clone(), true),
-            None => (self.pick_be()?, false),
+        let (key, guaranteed) = match (urgent, best) {
+            (Some(k), _) => (k, false),
+            (None, Some((_, k))) => (k.clone(), true),
+            (None, None) => (self.pick_be()?, false),
         };
         let c = self.clients.get_mut(&key)?;
         let (len, at, item) = c.queue.pop_front()?;
@@ -495,6 +569,8 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
         c.stats.sent_packets += 1;
         c.stats.sent_bytes += u64::from(len);
         c.stats.sent_ns = c.stats.sent_ns.saturating_add(ns);
+        c.cur_ns = c.cur_ns.saturating_add(ns);
+        c.max_pkt_ns = c.max_pkt_ns.max(ns);
         if guaranteed {
             c.budget_ns = c.budget_ns.saturating_sub(i64::try_from(ns).unwrap_or(i64::MAX));
         } else {
@@ -525,7 +601,7 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
             };
             let head = c.queue.front().map(|(len, _, _)| u64::from(*len));
             match head {
-                Some(len) if c.guarantee.is_none() => {
+                Some(len) if c.guarantee.is_none() && !c.priority => {
                     if !c.turn {
                         c.turn = true;
                         c.deficit = c.deficit.saturating_add(quantum);
@@ -636,6 +712,12 @@ mod tests {
                 assert!(got.abs_diff(2 * slice) <= pkt, "client {key} got {got} ns in [{k}, +12 ms)");
             }
         }
+        // The scheduler's own account agrees.
+        for key in [1, 2] {
+            let s = l.client(&key).unwrap();
+            assert!(s.two_period_windows >= 95, "{s:?}");
+            assert_eq!(s.two_period_within_one_packet, s.two_period_windows, "{s:?}");
+        }
         // Best effort receives exactly what is left: the link never idles.
         let total: u64 = sent.iter().filter(|(_, s, _)| *s < 594 * MS).map(|(_, _, ns)| ns).sum();
         assert!(total.abs_diff(594 * MS) <= pkt, "total {total}");
@@ -730,6 +812,24 @@ mod tests {
         let pkt = l.link_ns(PKT);
         assert!(share(&sent, 0, 0, 60 * MS).abs_diff(60 * MS) <= pkt);
         assert_eq!(share(&sent, 1, 0, 60 * MS), 0);
+    }
+
+    #[test]
+    fn a_priority_client_goes_first_on_a_fully_booked_link() {
+        let mut l = link();
+        l.set_guarantee(1, Some(g(6, 1, 6)), 0).unwrap(); // the whole link
+        l.set_priority(7, true).unwrap();
+        let mut sent = run(&mut l, &[0, 1], 0, 30 * MS);
+        // Best effort gets nothing; a priority packet goes at once.
+        assert_eq!(share(&sent, 0, 0, 30 * MS), 0);
+        l.enqueue(7, 200, 0, 30 * MS).unwrap();
+        let at = l.next_due(30 * MS).unwrap();
+        let r = l.poll(at).unwrap();
+        assert_eq!((r.key, r.guaranteed), (7, false));
+        assert!(r.start_ns <= 30 * MS + l.link_ns(PKT));
+        sent.extend(run(&mut l, &[0, 1], at, 60 * MS));
+        assert!(l.guarantee(&7).is_none());
+        assert_eq!(l.stats().booked_ppb, WHOLE_PPB);
     }
 
     #[test]
