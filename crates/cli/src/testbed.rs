@@ -162,6 +162,10 @@ pub struct UpArgs {
     /// (`[modules] tx_bytes_per_sec`, default 1250000).
     #[arg(long, value_name = "BYTES_PER_SEC")]
     pub tx_allowance: Option<u64>,
+    /// Every node sends without UDP GSO (`[io] gso = false`): one skb per
+    /// datagram, so that a qdisc (tc) sees and classifies each one.
+    #[arg(long)]
+    pub no_gso: bool,
     /// `NODE=FILE`: turn on the FLAME tap of node NODE with the `[monitor]`
     /// section in FILE (its keys without the header, docs/node.md; relative
     /// paths in it are relative to FILE). May be repeated, one per node.
@@ -182,6 +186,7 @@ struct Tuning {
     link_mtu: usize,
     link_rate: Option<u64>,
     tx_allowance: Option<u64>,
+    no_gso: bool,
 }
 
 /// Security settings for a plan: the mode, and every node's public key and
@@ -357,6 +362,9 @@ fn plan(
         let mut cfg = NodeConfig::new(n.address);
         cfg.run_dir = Some(dir.join(&n.name));
         cfg.link_mtu = tuning.link_mtu;
+        if tuning.no_gso {
+            cfg.io.gso = false;
+        }
         let mut listens = Vec::new();
         for (i, peer) in links_of(t, &n.name) {
             let listen = end(i, &n.name)?;
@@ -774,6 +782,7 @@ fn up(a: UpArgs) -> Result<ExitCode> {
         link_mtu: a.link_mtu.map_or(0, usize::from),
         link_rate: a.link_rate,
         tx_allowance: a.tx_allowance,
+        no_gso: a.no_gso,
     };
     let mut plan = plan(&topo, &dir, &endpoints, sec.as_ref(), admin.as_ref(), tuning)
         .with_context(|| format!("planning {}", a.topology.display()))?;

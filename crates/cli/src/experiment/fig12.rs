@@ -77,8 +77,12 @@ pub struct Fig12Args {
     events: PathBuf,
     /// The sending node's `anode status --json` at the end of the run (for
     /// the datagram size on the link: sent bytes / sent packets).
+    #[arg(long, required_unless_present = "datagram_bytes")]
+    sender_status: Option<PathBuf>,
+    /// The datagram size on the link, bytes, when the sender has no paced
+    /// link to read it from (the tc baseline).
     #[arg(long)]
-    sender_status: PathBuf,
+    datagram_bytes: Option<f64>,
     /// The link rate, bits/s.
     #[arg(long, default_value_t = 100_000_000)]
     rate_bps: u64,
@@ -232,7 +236,11 @@ fn share_at(events: &[Event], tag: char, t: u64) -> Option<f64> {
 pub fn run(a: Fig12Args) -> Result<std::process::ExitCode> {
     let arrivals = read_arrivals(&a.arrivals)?;
     let events = read_events(&a.events)?;
-    let dgram = datagram_bytes(&a.sender_status)?;
+    let dgram = match (a.datagram_bytes, &a.sender_status) {
+        (Some(b), _) => b,
+        (None, Some(s)) => datagram_bytes(s)?,
+        (None, None) => bail!("--sender-status or --datagram-bytes"),
+    };
     let (Some(first), Some(last)) = (arrivals.first(), arrivals.last()) else { bail!("no arrivals") };
     let (t0, t1) = (first.0, last.0);
     let mut tags: Vec<char> = arrivals.iter().map(|x| x.1).collect();
@@ -268,7 +276,9 @@ pub fn run(a: Fig12Args) -> Result<std::process::ExitCode> {
     }
     std::fs::write(a.out.join("fig12.csv"), &csv)?;
     let mut stats = stats(&a, &arrivals, &events, &tags, dgram, t0, t1);
-    stats.push_str(&sender_side(&a.sender_status)?);
+    if let Some(s) = a.sender_status.as_ref().filter(|_| a.datagram_bytes.is_none()) {
+        stats.push_str(&sender_side(s)?);
+    }
     std::fs::write(a.out.join("stats.md"), &stats)?;
     print!("{stats}");
     plot(&a, &per_period, &per_sec, &tags, dgram, t0, t1)?;
