@@ -27,13 +27,6 @@ use tracing::warn;
 /// The guarantee period unless `tx_period_us` says otherwise: the paper's 6 ms.
 pub(crate) const DEFAULT_PERIOD_NS: u64 = 6_000_000;
 
-/// How far behind the clock a link may start datagrams when the event loop
-/// comes back late (a guaranteed dispatch of module work runs its slice
-/// out, up to a few ms, before the loop sends again): 2 ms, a third of the
-/// default period. Lateness up to this is not lost link time; the price is
-/// a burst of up to this much link time at once.
-pub(crate) const CATCH_UP_NS: u64 = 2_000_000;
-
 /// A datagram waiting for its link.
 #[derive(Debug)]
 pub(crate) struct Queued {
@@ -66,8 +59,17 @@ impl Pacer {
             .iter()
             .map(|i| {
                 let rate = i.rate_bps?;
+                let period_ns = i.tx_period_us.map_or(DEFAULT_PERIOD_NS, |us| us.saturating_mul(1000));
                 let mut cfg = TxConfig::new(rate);
-                cfg.catch_up_ns = CATCH_UP_NS;
+                // How far behind the clock the link may start datagrams
+                // when the event loop comes back late (a guaranteed
+                // dispatch of module work runs its slice out before the
+                // loop sends again; a busy machine wakes it late): one
+                // period. Lateness within a period is not lost link time
+                // (2 ms lost 6-8 % of the link to best effort in the Fig.
+                // 12 run); the price is a burst of up to a period's link
+                // time after a late wakeup.
+                cfg.catch_up_ns = period_ns;
                 if let Some(q) = i.tx_queue_bytes {
                     cfg.queue_bytes = q;
                 }
@@ -76,7 +78,6 @@ impl Pacer {
                 // replies) goes first, even on a link booked to the last
                 // percent.
                 sched.set_priority(Owner::System, true).ok()?;
-                let period_ns = i.tx_period_us.map_or(DEFAULT_PERIOD_NS, |us| us.saturating_mul(1000));
                 Some(Link { sched, period_ns, applied: HashMap::new(), refused: 0 })
             })
             .collect();
