@@ -81,7 +81,7 @@ fn emit(o: &str) {
 pub enum TestbedCmd {
     /// Start one `anode node` per node of a topology file and wait until each
     /// answers on its local API socket.
-    Up(UpArgs),
+    Up(Box<UpArgs>),
     /// Stop the nodes of a testbed (SIGTERM, then SIGKILL after 5 s) and, for
     /// --netns, delete its network namespaces.
     Down {
@@ -153,6 +153,19 @@ pub struct UpArgs {
     /// seconds (`[modules] session_grace_secs`, default 60).
     #[arg(long, value_name = "SECS")]
     pub session_grace: Option<u64>,
+    /// Every interface's rate, bits/s (`rate_bps`): each node schedules and
+    /// paces its transmissions per link at this rate (docs/rcane.md,
+    /// "Transmit scheduling per link"). Off by default.
+    #[arg(long, value_name = "BITS_PER_SEC", value_parser = clap::value_parser!(u64).range(1000..))]
+    pub link_rate: Option<u64>,
+    /// Every principal's best-effort transmit allowance, bytes/s
+    /// (`[modules] tx_bytes_per_sec`, default 1250000).
+    #[arg(long, value_name = "BYTES_PER_SEC")]
+    pub tx_allowance: Option<u64>,
+    /// Every node sends without UDP GSO (`[io] gso = false`): one skb per
+    /// datagram, so that a qdisc (tc) sees and classifies each one.
+    #[arg(long)]
+    pub no_gso: bool,
     /// `NODE=FILE`: turn on the FLAME tap of node NODE with the `[monitor]`
     /// section in FILE (its keys without the header, docs/node.md; relative
     /// paths in it are relative to FILE). May be repeated, one per node.
@@ -171,6 +184,9 @@ struct Tuning {
     sa_lifetime: Option<u64>,
     session_grace: Option<u64>,
     link_mtu: usize,
+    link_rate: Option<u64>,
+    tx_allowance: Option<u64>,
+    no_gso: bool,
 }
 
 /// Security settings for a plan: the mode, and every node's public key and
@@ -185,7 +201,7 @@ struct PlanSecurity {
 /// Runs a testbed subcommand.
 pub fn run(c: TestbedCmd) -> Result<ExitCode> {
     match c {
-        TestbedCmd::Up(a) => up(a),
+        TestbedCmd::Up(a) => up(*a),
         TestbedCmd::Down { dir } => down(&dir),
         TestbedCmd::Status { dir } => status(&dir),
     }
@@ -346,6 +362,9 @@ fn plan(
         let mut cfg = NodeConfig::new(n.address);
         cfg.run_dir = Some(dir.join(&n.name));
         cfg.link_mtu = tuning.link_mtu;
+        if tuning.no_gso {
+            cfg.io.gso = false;
+        }
         let mut listens = Vec::new();
         for (i, peer) in links_of(t, &n.name) {
             let listen = end(i, &n.name)?;
@@ -358,6 +377,9 @@ fn plan(
                     key: sec.and_then(|s| s.keys.get(peer)).map(|(k, _)| k.to_string()),
                     mode: None,
                 }],
+                rate_bps: tuning.link_rate,
+                tx_period_us: None,
+                tx_queue_bytes: None,
             });
             listens.push((peer.to_owned(), listen));
         }
@@ -365,6 +387,9 @@ fn plan(
         cfg.modules = admin.map(|k| ModulesConfig::new(k.to_string()));
         if let (Some(m), Some(g)) = (cfg.modules.as_mut(), tuning.session_grace) {
             m.session_grace_secs = g;
+        }
+        if let (Some(m), Some(t)) = (cfg.modules.as_mut(), tuning.tx_allowance) {
+            m.tx_bytes_per_sec = t;
         }
         if let Some(s) = sec {
             let (_, file) = s.keys.get(&n.name).ok_or_else(|| anyhow!("internal: no key for {:?}", n.name))?;
@@ -756,6 +781,9 @@ fn up(a: UpArgs) -> Result<ExitCode> {
         sa_lifetime: a.sa_lifetime,
         session_grace: a.session_grace,
         link_mtu: a.link_mtu.map_or(0, usize::from),
+        link_rate: a.link_rate,
+        tx_allowance: a.tx_allowance,
+        no_gso: a.no_gso,
     };
     let mut plan = plan(&topo, &dir, &endpoints, sec.as_ref(), admin.as_ref(), tuning)
         .with_context(|| format!("planning {}", a.topology.display()))?;

@@ -590,10 +590,13 @@ impl Daemon {
         use serde_json::json;
         let mut v = self.node.counters.to_json();
         if let Some(ifaces) = v.get_mut("interfaces").and_then(|x| x.as_array_mut()) {
-            for ((j, l), cfg) in ifaces.iter_mut().zip(&self.listen).zip(&self.cfg.interfaces) {
+            for (i, ((j, l), cfg)) in ifaces.iter_mut().zip(&self.listen).zip(&self.cfg.interfaces).enumerate() {
                 if let Some(o) = j.as_object_mut() {
                     o.insert("listen".into(), json!(l.to_string()));
                     o.insert("neighbors".into(), json!(cfg.neighbors.len()));
+                    if let Some(tx) = self.pacer.status(i) {
+                        o.insert("tx".into(), tx);
+                    }
                 }
             }
         }

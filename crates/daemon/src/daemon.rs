@@ -161,6 +161,10 @@ pub struct Daemon {
     /// Transmissions counted by the send path, added to the node's
     /// counters after each send.
     pub(crate) tally: crate::udp::TxTally,
+    /// Transmit scheduling of the interfaces with a `rate_bps`.
+    pub(crate) pacer: crate::pacer::Pacer,
+    /// What the paced links released, reused wakeup after wakeup.
+    pub(crate) released: Vec<(anode_node::core::Owner, crate::pacer::Queued)>,
     pub(crate) app_buf: Vec<u8>,
     pub(crate) msg: Vec<u8>,
     pub(crate) started: Instant,
@@ -451,6 +455,8 @@ impl Daemon {
             frag: crate::frag::Frag::new(cfg.link_mtu),
             offload,
             tally: crate::udp::TxTally::default(),
+            pacer: crate::pacer::Pacer::new(&cfg.interfaces),
+            released: Vec::with_capacity(BATCH),
             app_buf: vec![0; local::MAX_MESSAGE + 1],
             msg: Vec::with_capacity(3 + blen),
             charged: false,
@@ -471,6 +477,10 @@ impl Daemon {
             boot: opts.boot.as_deref().map(crate::files::boot_json),
             tap: None,
         };
+        if d.pacer.any() {
+            let mask = d.pacer.mask();
+            d.node.set_paced(mask);
+        }
         if d.node.rcane_on() {
             let file = d.run_dir.join("ledger.db");
             let w = crate::ledger::LedgerWriter::start(&file, &d.node.address().to_string())
@@ -677,6 +687,12 @@ impl Daemon {
             Some(ms) => end.min(self.started + Duration::from_millis(ms)),
             None => end,
         };
+        // And when a paced link may send again (its queued datagrams wait
+        // for the loop).
+        let end = match self.pacer.next_due_ns(now_ns).filter(|_| slack) {
+            Some(ns) => end.min(self.started + Duration::from_nanos(ns)),
+            None => end,
+        };
         // With workers the loop reads no datagrams: they wait for the lock
         // instead (`worker_waits`).
         let mut fds: Vec<nix::poll::PollFd<'_>> = if slack && self.shared.is_none() {
@@ -830,7 +846,8 @@ impl Daemon {
         let drops = self.droplog.next_due(&self.node.counters);
         let report = ratelog::pending().then_some(self.last_report + DROP_LOG_INTERVAL);
         let ledger = self.ledger.as_ref().filter(|_| self.charged).map(|(_, at)| *at + crate::ledger::FLUSH_INTERVAL);
-        [node, conns, stalled, drops, report, ledger].into_iter().flatten().min()
+        let paced = self.pacer.next_due_ns(self.now_ns()).map(|ns| self.started + Duration::from_nanos(ns));
+        [node, conns, stalled, drops, report, ledger, paced].into_iter().flatten().min()
     }
 
     /// Arms the timer for the next deadline (one system call, and only when
@@ -884,6 +901,9 @@ impl Daemon {
         self.expire_conns(now);
         self.reap_clients(now);
         self.log_drops(now);
+        if self.pacer.any() {
+            self.pace();
+        }
     }
 
     /// Sends (and logs) what `timer_out` holds.

@@ -50,6 +50,7 @@ pub(crate) mod frag;
 mod ledger;
 mod mmsg;
 mod offload;
+mod pacer;
 mod periodlog;
 pub mod ports;
 pub mod ratelog;

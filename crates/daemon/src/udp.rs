@@ -108,6 +108,9 @@ pub(crate) struct Tx<'a> {
     pub(crate) droplog: &'a mut DropLog,
     pub(crate) frag: &'a mut Frag,
     pub(crate) off: &'a mut Offload,
+    /// Interfaces not to send on here: paced ones (`rate_bps`), whose
+    /// datagrams the link scheduler queued (empty: none).
+    pub(crate) skip: &'a [bool],
 }
 
 impl Daemon {
@@ -158,6 +161,31 @@ impl Daemon {
             Outs::Inject => (std::slice::from_ref(&self.inject_out), &self.no_input),
             Outs::Timer => (std::slice::from_ref(&self.timer_out), &self.no_input),
         };
+        let skip = if self.pacer.any() {
+            let now_ns = self.now_ns();
+            let mask = self.pacer.mask();
+            let mut pieces = Vec::new();
+            for (out, buf) in outs.iter().zip(bufs) {
+                for t in out.transmits.iter().filter(|t| mask.get(t.iface).copied().unwrap_or(false)) {
+                    let bytes = out.bytes(&t.data, buf);
+                    if !self.frag.too_long(bytes.len()) {
+                        self.pacer.enqueue(&mut self.node, t.iface, t.owner, t.to, bytes, now_ns);
+                        continue;
+                    }
+                    pieces.clear();
+                    if self.frag.split(bytes, &mut pieces) == 0 {
+                        self.tally.count(t.iface, bytes.len(), false);
+                        continue;
+                    }
+                    for p in &pieces {
+                        self.pacer.enqueue(&mut self.node, t.iface, t.owner, t.to, p, now_ns);
+                    }
+                }
+            }
+            mask
+        } else {
+            Vec::new()
+        };
         let mut tx = Tx {
             udp: &self.udp,
             hdrs: &mut self.tx_hdrs,
@@ -165,8 +193,52 @@ impl Daemon {
             droplog: &mut self.droplog,
             frag: &mut self.frag,
             off: &mut self.offload,
+            skip: &skip,
         };
         send_transmits(&mut tx, outs, bufs);
+        self.tally.apply(&mut self.node);
+        if !skip.is_empty() {
+            self.pace();
+        }
+    }
+
+    /// Sends what the paced links may send now, and charges each datagram
+    /// sent to its owner's session.
+    pub(crate) fn pace(&mut self) {
+        let now_ns = self.now_ns();
+        self.pacer.follow_all(&self.node, now_ns);
+        let mut got = std::mem::take(&mut self.released);
+        for iface in 0..self.pacer.len() {
+            if !self.pacer.paced(iface) {
+                continue;
+            }
+            let Some(sock) = self.udp.get(iface) else { continue };
+            loop {
+                self.pacer.release(iface, now_ns, &mut got);
+                if got.is_empty() {
+                    break;
+                }
+                let iovs: Vec<[IoSlice<'_>; 1]> = got.iter().map(|(_, q)| [IoSlice::new(&q.bytes)]).collect();
+                let addrs: Vec<Option<SockaddrStorage>> =
+                    got.iter().map(|(_, q)| Some(SockaddrStorage::from(q.to))).collect();
+                let mut tx = Tx {
+                    udp: &self.udp,
+                    hdrs: &mut self.tx_hdrs,
+                    tally: &mut self.tally,
+                    droplog: &mut self.droplog,
+                    frag: &mut self.frag,
+                    off: &mut self.offload,
+                    skip: &[],
+                };
+                send_chunk(&mut tx, sock, iface, &iovs, &addrs);
+                drop(iovs);
+                for (owner, q) in got.drain(..) {
+                    self.node.charge_sent(owner, 1, q.bytes.len() as u64);
+                }
+                self.charged = true;
+            }
+        }
+        self.released = got;
         self.tally.apply(&mut self.node);
     }
 }
@@ -328,6 +400,9 @@ impl Rx {
 pub(crate) fn send_transmits(tx: &mut Tx<'_>, outs: &[Outbox], bufs: &[Vec<u8>]) {
     let mut pieces: Vec<Vec<u8>> = Vec::new();
     for (iface, sock) in tx.udp.iter().enumerate() {
+        if tx.skip.get(iface).copied().unwrap_or(false) {
+            continue;
+        }
         let mut iovs = [[IoSlice::new(&[])]; BATCH];
         let mut addrs: [Option<SockaddrStorage>; BATCH] = [None; BATCH];
         let mut k = 0;

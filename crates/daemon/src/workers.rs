@@ -325,6 +325,8 @@ impl Worker {
                 droplog: &mut self.droplog,
                 frag: &mut self.frag,
                 off: &mut self.off,
+                // Paced links need [io] workers = 1 (config validation).
+                skip: &[],
             };
             send_transmits(&mut tx, outs, bufs);
             // Module jobs queued for the scheduler: the event loop

@@ -62,6 +62,15 @@ pub enum ConfigError {
     /// `[io] workers` is above [`MAX_WORKERS`].
     #[error("[io] workers {0}: at most {MAX_WORKERS} (0: one per CPU)")]
     BadWorkers(usize),
+    /// An interface's `rate_bps`, `tx_period_us` or `tx_queue_bytes` is
+    /// out of range, or a rate is set with more than one data path worker.
+    #[error("interface {name}: {reason}")]
+    BadLinkRate {
+        /// The interface.
+        name: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
     /// `[io] busy_poll_us` is above one second.
     #[error("[io] busy_poll_us {0}: at most 1000000")]
     BadBusyPoll(u32),
@@ -320,6 +329,18 @@ pub struct InterfaceConfig {
     /// Neighbours reached through this interface.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub neighbors: Vec<NeighborConfig>,
+    /// The link's rate, bits/s: the node schedules and paces its
+    /// transmissions on it (docs/rcane.md, "Transmit scheduling per link").
+    /// None: sent as produced, no pacing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_bps: Option<u64>,
+    /// The period of the guarantees that sessions' transmit reservations
+    /// become on this link, µs (default 6000, the paper's 6 ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tx_period_us: Option<u64>,
+    /// Each client's transmit queue on this link, bytes (default 256 KiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tx_queue_bytes: Option<u64>,
 }
 
 /// A static route.
@@ -1123,6 +1144,26 @@ impl NodeConfig {
         if self.max_resource_bound == 0 {
             return Err(ConfigError::BadMaxResourceBound);
         }
+        for i in &self.interfaces {
+            let bad = |reason| Err(ConfigError::BadLinkRate { name: i.name.clone(), reason });
+            match (i.rate_bps, i.tx_period_us, i.tx_queue_bytes) {
+                (None, None, None) => {}
+                (None, _, _) => return bad("tx_period_us and tx_queue_bytes need rate_bps"),
+                (Some(r), _, _) if !(1_000..=100_000_000_000).contains(&r) => {
+                    return bad("rate_bps must be within 1000..=100000000000");
+                }
+                (_, Some(p), _) if !(100..=1_000_000).contains(&p) => {
+                    return bad("tx_period_us must be within 100..=1000000");
+                }
+                (_, _, Some(q)) if !(2048..=(64 << 20)).contains(&q) => {
+                    return bad("tx_queue_bytes must be within 2048..=67108864");
+                }
+                _ if self.io.workers != 1 => {
+                    return bad("a paced link needs [io] workers = 1 (pacing runs on the event loop)");
+                }
+                _ => {}
+            }
+        }
         let l = &self.local;
         for (name, v) in [
             ("max_clients", l.max_clients as u64),
@@ -1438,6 +1479,27 @@ mod tests {
         assert!(e("polling = true").contains("unknown field"));
         let ok = NodeConfig::from_toml(&format!("{NODE}\n[io]\nworkers = 0\nspin_us = 10000\ngso = false\n"));
         assert_eq!(ok.map(|c| (c.io.workers, c.io.spin_us, c.io.gso)), Ok((0, 10_000, false)));
+    }
+
+    #[test]
+    fn a_link_rate_is_optional_and_each_bound_is_checked() {
+        let c = NodeConfig::from_toml(NODE).expect("valid");
+        assert!(c.interfaces.iter().all(|i| i.rate_bps.is_none()));
+        let with = |extra: &str| NODE.replace("name = \"east\"\n", &format!("name = \"east\"\n{extra}\n"));
+        let ok = NodeConfig::from_toml(&with("rate_bps = 100000000\ntx_period_us = 6000\ntx_queue_bytes = 65536"));
+        let east = ok.expect("valid").interfaces.into_iter().find(|i| i.name == "east").expect("east");
+        assert_eq!(
+            (east.rate_bps, east.tx_period_us, east.tx_queue_bytes),
+            (Some(100_000_000), Some(6000), Some(65536))
+        );
+        let e = |t: &str| NodeConfig::from_toml(t).expect_err("invalid").to_string();
+        assert!(e(&with("rate_bps = 999")).contains("interface east: rate_bps"));
+        assert!(e(&with("rate_bps = 100000000000000")).contains("rate_bps"));
+        assert!(e(&with("tx_period_us = 6000")).contains("need rate_bps"));
+        assert!(e(&with("rate_bps = 1000000\ntx_period_us = 10")).contains("tx_period_us"));
+        assert!(e(&with("rate_bps = 1000000\ntx_queue_bytes = 10")).contains("tx_queue_bytes"));
+        assert!(e(&format!("{}\n[io]\nworkers = 2\n", with("rate_bps = 1000000"))).contains("workers = 1"));
+        assert!(e(&with("rate_bps = -1")).contains("invalid value"));
     }
 
     #[test]

@@ -52,6 +52,8 @@ drops! {
     PoolFull        "pool_full"         "A module job (alarm, channel packet) refused because its session's event pool was full.";
     CapsuleRefused  "capsule_refused"   "A capsule (or code request/reply) the sandbox refused: see `modules.capsule_refused` for the reason.";
     TxLimit         "tx_limit"          "A packet a module asked to send, over its principal's transmit limit (best-effort allowance plus its session's tx reservation).";
+    TxQueueFull     "tx_queue_full"     "A packet for a paced link (`rate_bps`) dropped because its sender's queue on that link was full.";
+    TxNoClient      "tx_no_client"      "A packet for a paced link dropped because the link's scheduler holds as many senders as it may.";
     DomainOff       "domain_off"        "A domain datagram (0xA008) at a node without `[domain]`.";
     DomainMalformed "domain_malformed"  "A domain envelope, ticket packet, ticket or attachment that does not parse.";
     DomainWrongDomain "domain_wrong_domain" "A ticket or attachment of another administrative domain.";

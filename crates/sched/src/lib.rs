@@ -14,6 +14,8 @@
 //!   and the daemon's trusted calls.
 //! - [`trace`]: the per-period CPU trace (CSV) of the Fig. 11 experiment
 //!   and its statistics, shared by the node, the Linux baselines and the plot.
+//! - [`tx`]: transmit scheduling per outgoing link: guaranteed slices of
+//!   link time per period, best effort for the rest, paced to the link rate.
 //! - [`wire`]: the session control messages (open, reserve, close, list,
 //!   show and their replies), a checked view and a `Repr`.
 //!
@@ -50,6 +52,7 @@ pub mod pool;
 pub mod rcane;
 pub mod scheduler;
 pub mod trace;
+pub mod tx;
 pub mod wire;
 
 pub use account::{Account, Charge, CloseReason, Owner, PrincipalId, ResourceKind, SessionEvent};
@@ -65,3 +68,4 @@ pub use scheduler::{
     Charged, Dispatch, DispatchKind, ParseVpError, PeriodRecord, SchedConfig, SchedError, Scheduler, VpInfo, VpParams,
     VpTotals, parse_span_ns,
 };
+pub use tx::{Guarantee, LinkSched, LinkStats, Released, TxConfig, TxError};

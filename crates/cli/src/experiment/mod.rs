@@ -8,11 +8,14 @@
 //! - `fig13`: RCANE Fig. 13 (reception: received bandwidth over the
 //!   receiver's VP period and FIFO size) on real daemons.
 //! - `fig16`: RCANE Fig. 16 (isolation of allocation) in the sandbox.
+//! - `fig12`, `fig12-module`, `fig12-receive`: RCANE Fig. 12 (transmit
+//!   reservations per link) on real daemons, with `scripts/fig12`.
 //!
 //! The trace format is `anode_sched::trace` (docs/rcane.md), shared with the
 //! anode node's own run.
 
 mod fig11;
+mod fig12;
 mod fig13;
 mod fig16;
 mod periods;
@@ -50,6 +53,16 @@ pub enum ExperimentCmd {
     /// beside a 40 % CPU hog, without and with slack; writes fig13.csv and
     /// fig13.png.
     Fig13(fig13::Fig13Args),
+    /// RCANE Fig. 12 from a run of scripts/fig12: rates per 6 ms and per
+    /// second by sender (CSV, PNG) and statistics against the reservations.
+    Fig12(fig12::Fig12Args),
+    /// The Fig. 12 sending module (WAT compiled to wasm) for one sender tag.
+    #[command(name = "fig12-module")]
+    Fig12Module(fig12::ModuleArgs),
+    /// The Fig. 12 receiver: registers a port at a node and timestamps
+    /// every packet by sender tag.
+    #[command(name = "fig12-receive")]
+    Fig12Receive(fig12::ReceiveArgs),
     /// A Fig. 11 trace from a node's period log (`anode node --period-log`).
     #[command(name = "from-periods")]
     FromPeriods(periods::FromPeriodsArgs),
@@ -71,6 +84,9 @@ pub fn run(c: ExperimentCmd) -> Result<std::process::ExitCode> {
         ExperimentCmd::Fig11(a) => fig11::run(a),
         ExperimentCmd::Fig16(a) => fig16::run(a),
         ExperimentCmd::Fig13(a) => fig13::run(a),
+        ExperimentCmd::Fig12(a) => fig12::run(a),
+        ExperimentCmd::Fig12Module(a) => fig12::module(a),
+        ExperimentCmd::Fig12Receive(a) => fig12::receive(a),
         ExperimentCmd::FromPeriods(a) => periods::run(a),
         ExperimentCmd::PlotFig11 { csv, output } => {
             let t = load(&csv)?;

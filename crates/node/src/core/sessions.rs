@@ -83,6 +83,9 @@ pub(crate) struct Sched {
     /// What each session with a receive reservation may still receive on
     /// its channels (bounded table, like `tx`).
     rx: HashMap<PrincipalId, anode_sched::ByteBucket>,
+    /// Interfaces whose transmissions the daemon schedules per link: they
+    /// are charged when sent ([`Node::charge_sent`]), not when produced.
+    paced: Vec<bool>,
     pub counters: SchedCounters,
 }
 
@@ -150,6 +153,7 @@ impl Sched {
             tx: HashMap::new(),
             tx_default: DEFAULT_TX_BYTES_PER_SEC,
             rx: HashMap::new(),
+            paced: Vec::new(),
             counters: SchedCounters::default(),
         })
     }
@@ -368,6 +372,32 @@ impl Node {
         }
     }
 
+    /// Marks the interfaces whose transmissions the daemon schedules per
+    /// link (`rate_bps`): their bytes are charged to the sending session
+    /// when the link scheduler sends them ([`charge_sent`](Self::charge_sent)),
+    /// so that what a full queue dropped is not charged.
+    pub fn set_paced(&mut self, paced: Vec<bool>) {
+        if let Some(s) = self.sched.as_mut() {
+            s.paced = paced;
+        }
+    }
+
+    /// Charges `packets` datagrams of `bytes` that a paced link sent for
+    /// `owner` to its session (nothing without RCANE).
+    pub fn charge_sent(&mut self, owner: Owner, packets: u64, bytes: u64) {
+        if let Some(s) = self.sched.as_mut() {
+            let sid = s.session_of(owner);
+            let _ = s.rcane.charge_tx(sid, packets, bytes);
+        }
+    }
+
+    /// The transmit reservation of `p`'s session, bytes/s (0: none, or
+    /// RCANE off).
+    pub fn tx_reserved_of(&self, p: PrincipalId) -> u64 {
+        let Some(s) = self.sched.as_ref() else { return 0 };
+        s.by_principal.get(&p).map_or(0, |sid| s.rcane.tx_reserved(*sid))
+    }
+
     /// Whether RCANE scheduling is on.
     pub fn rcane_on(&self) -> bool {
         self.sched.is_some()
@@ -582,6 +612,9 @@ impl Node {
     pub(super) fn charge_transmits(&mut self, out: &Outbox, mark: usize) {
         let Some(s) = self.sched.as_mut() else { return };
         for t in out.transmits.iter().skip(mark) {
+            if s.paced.get(t.iface).copied().unwrap_or(false) {
+                continue;
+            }
             let len = match &t.data {
                 super::Data::Input(r) | super::Data::Arena(r) => r.len() as u64,
             };

@@ -1,0 +1,320 @@
+//! Transmit scheduling per paced link (RCANE §IV-D, §VI-B): the daemon's
+//! side of [`anode_sched::tx`].
+//!
+//! An interface with `rate_bps` gets a [`LinkSched`]: what the core
+//! produces for it is queued per owner (a principal's session, System,
+//! Best-Effort) instead of being sent at once, and the event loop releases
+//! it at the link's rate, from its timer ([`Pacer::next_due_ns`]). A
+//! principal's session transmit reservation (bytes/s) becomes a guarantee
+//! of `period * reservation * 8 / rate` of link time in every period of
+//! the interface (`tx_period_us`, 6 ms by default); everyone else is best
+//! effort. The guarantee follows the reservation: it is compared at each
+//! packet of the principal and at each release, so a reservation change
+//! or a closed session takes effect on the next packet or wakeup.
+//!
+//! Interfaces without a rate are untouched: their transmissions go out as
+//! produced and cost one branch per interface.
+
+use anode_node::config::InterfaceConfig;
+use anode_node::core::{Node, Owner};
+use anode_node::counters::Drop;
+use anode_sandbox::PrincipalId;
+use anode_sched::tx::{ClientInfo, Guarantee, LinkSched, TxConfig, TxError};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use tracing::warn;
+
+/// The guarantee period unless `tx_period_us` says otherwise: the paper's 6 ms.
+pub(crate) const DEFAULT_PERIOD_NS: u64 = 6_000_000;
+
+/// A datagram waiting for its link.
+#[derive(Debug)]
+pub(crate) struct Queued {
+    pub(crate) to: SocketAddr,
+    pub(crate) bytes: Vec<u8>,
+}
+
+/// One paced link.
+#[derive(Debug)]
+pub(crate) struct Link {
+    sched: LinkSched<Owner, Queued>,
+    period_ns: u64,
+    /// The reservation (bytes/s) each principal's guarantee was last made
+    /// from, and whether the link refused it.
+    applied: HashMap<PrincipalId, (u64, bool)>,
+    /// Guarantees the link refused (the sum would exceed the link).
+    refused: u64,
+}
+
+/// The paced links, by interface index (`None`: sent as produced).
+#[derive(Debug, Default)]
+pub(crate) struct Pacer {
+    links: Vec<Option<Link>>,
+}
+
+impl Pacer {
+    /// A link scheduler for each interface with a rate.
+    pub(crate) fn new(ifaces: &[InterfaceConfig]) -> Pacer {
+        let links = ifaces
+            .iter()
+            .map(|i| {
+                let rate = i.rate_bps?;
+                let period_ns = i.tx_period_us.map_or(DEFAULT_PERIOD_NS, |us| us.saturating_mul(1000));
+                let mut cfg = TxConfig::new(rate);
+                // How far behind the clock the link may start datagrams
+                // when the event loop comes back late (a guaranteed
+                // dispatch of module work runs its slice out before the
+                // loop sends again; a busy machine wakes it late): one
+                // period. Lateness within a period is not lost link time
+                // (2 ms lost 6-8 % of the link to best effort in the Fig.
+                // 12 run); the price is a burst of up to a period's link
+                // time after a late wakeup.
+                cfg.catch_up_ns = period_ns;
+                if let Some(q) = i.tx_queue_bytes {
+                    cfg.queue_bytes = q;
+                }
+                let mut sched = LinkSched::new(cfg).ok()?;
+                // The node's own traffic (handshakes, keepalives, control
+                // replies) goes first, even on a link booked to the last
+                // percent.
+                sched.set_priority(Owner::System, true).ok()?;
+                Some(Link { sched, period_ns, applied: HashMap::new(), refused: 0 })
+            })
+            .collect();
+        Pacer { links }
+    }
+
+    /// Whether any link is paced.
+    pub(crate) fn any(&self) -> bool {
+        self.links.iter().any(Option::is_some)
+    }
+
+    /// Which interfaces are paced.
+    pub(crate) fn mask(&self) -> Vec<bool> {
+        self.links.iter().map(Option::is_some).collect()
+    }
+
+    /// Whether interface `iface` is paced.
+    pub(crate) fn paced(&self, iface: usize) -> bool {
+        self.links.get(iface).is_some_and(Option::is_some)
+    }
+
+    /// Queues a datagram of `owner` for paced interface `iface`; a full
+    /// queue drops it (counted in the node's drops and the link's status).
+    pub(crate) fn enqueue(
+        &mut self,
+        node: &mut Node,
+        iface: usize,
+        owner: Owner,
+        to: SocketAddr,
+        bytes: &[u8],
+        now_ns: u64,
+    ) {
+        let Some(Some(link)) = self.links.get_mut(iface) else { return };
+        if let Owner::Principal(p) = owner {
+            link.follow(p, node.tx_reserved_of(p), now_ns);
+        }
+        let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+        match link.sched.enqueue(owner, len, Queued { to, bytes: bytes.to_vec() }, now_ns) {
+            Ok(()) => {}
+            Err(TxError::TooManyClients) => node.counters.drop(Drop::TxNoClient),
+            Err(_) => node.counters.drop(Drop::TxQueueFull),
+        }
+    }
+
+    /// Makes every guarantee follow its principal's current reservation
+    /// (a closed session's guarantee is released here even if it never
+    /// sends again).
+    pub(crate) fn follow_all(&mut self, node: &Node, now_ns: u64) {
+        for link in self.links.iter_mut().flatten() {
+            let ps: Vec<PrincipalId> = link.applied.keys().copied().collect();
+            for p in ps {
+                link.follow(p, node.tx_reserved_of(p), now_ns);
+            }
+        }
+    }
+
+    /// Takes the datagrams of `iface` that may go at `now_ns` into `out`
+    /// (cleared first), with their owners.
+    pub(crate) fn release(&mut self, iface: usize, now_ns: u64, out: &mut Vec<(Owner, Queued)>) {
+        out.clear();
+        let Some(Some(link)) = self.links.get_mut(iface) else { return };
+        while let Some(r) = link.sched.poll(now_ns) {
+            out.push((r.key, r.item));
+            if out.len() >= crate::BATCH {
+                break;
+            }
+        }
+    }
+
+    /// The number of interfaces (paced or not).
+    pub(crate) fn len(&self) -> usize {
+        self.links.len()
+    }
+
+    /// When the next paced datagram may go (ns on the daemon's clock);
+    /// `None` when nothing is queued, so an idle node does not wake.
+    pub(crate) fn next_due_ns(&self, now_ns: u64) -> Option<u64> {
+        self.links.iter().flatten().filter_map(|l| l.sched.next_due(now_ns)).min()
+    }
+
+    /// The `tx` section of `status` for interface `iface`, if paced.
+    pub(crate) fn status(&self, iface: usize) -> Option<serde_json::Value> {
+        use serde_json::json;
+        let link = self.links.get(iface)?.as_ref()?;
+        let s = link.sched.stats();
+        let clients: Vec<serde_json::Value> = link
+            .sched
+            .clients()
+            .into_iter()
+            .map(|ClientInfo { key, guarantee, budget_ns, stats: c }| {
+                json!({
+                    "owner": key.to_string(),
+                    "guarantee": guarantee.map(|g| json!({"slice_ns": g.slice_ns, "period_ns": g.period_ns})),
+                    "budget_ns": budget_ns,
+                    "sent_packets": c.sent_packets, "sent_bytes": c.sent_bytes, "sent_link_ns": c.sent_ns,
+                    "dropped_packets": c.dropped_packets, "dropped_bytes": c.dropped_bytes,
+                    "queued_packets": c.queued_packets, "queued_bytes": c.queued_bytes,
+                    "two_period_windows": c.two_period_windows,
+                    "two_period_within_one_packet": c.two_period_within_one_packet,
+                })
+            })
+            .collect();
+        Some(json!({
+            "rate_bps": link.sched.config().rate_bps,
+            "period_ns": link.period_ns,
+            "queue_bytes": link.sched.config().queue_bytes,
+            "booked_ppb": s.booked_ppb,
+            "queued_packets": s.queued_packets, "queued_bytes": s.queued_bytes,
+            "sent_packets": s.sent_packets, "sent_bytes": s.sent_bytes,
+            "dropped_queue_full": s.dropped_queue_full, "dropped_no_client": s.dropped_no_client,
+            "guarantees_refused": link.refused,
+            "clients": clients,
+        }))
+    }
+}
+
+impl Link {
+    /// Makes `p`'s guarantee on this link the one its reservation of
+    /// `bytes_per_sec` maps to, if that changed since last time.
+    fn follow(&mut self, p: PrincipalId, bytes_per_sec: u64, now_ns: u64) {
+        if self.applied.get(&p).is_some_and(|(b, _)| *b == bytes_per_sec) {
+            return;
+        }
+        let g = Guarantee::from_bytes_per_sec(bytes_per_sec, self.sched.config().rate_bps, self.period_ns);
+        let ok = match self.sched.set_guarantee(Owner::Principal(p), g, now_ns) {
+            Ok(()) => true,
+            Err(e) => {
+                // The sessions' reservations are admitted against the
+                // node's transmit capacity, not per link: a link slower
+                // than that capacity can refuse. The session then sends
+                // as best effort on this link (and keeps any guarantee it
+                // had).
+                self.refused += 1;
+                warn!(principal = %p, error = %e, "a transmit reservation does not fit this link");
+                false
+            }
+        };
+        if bytes_per_sec == 0 && ok {
+            self.applied.remove(&p);
+        } else {
+            self.applied.insert(p, (bytes_per_sec, ok));
+        }
+    }
+}
+
+/// A paced link through a real daemon on loopback, its receive path and
+/// its pacing driven by hand (`udp_ready`, `pace`), without the event loop.
+#[cfg(test)]
+mod tests {
+    use crate::daemon::{Daemon, Options};
+    use anode_node::anep;
+    use anode_node::config::NodeConfig;
+    use std::net::UdpSocket;
+    use std::time::Duration;
+
+    /// A plain datagram to 10.0.0.3 of `len` bytes whose payload is `seq`.
+    fn plain(len: usize, seq: u8) -> Vec<u8> {
+        let mut p = vec![seq; len];
+        let plen = len - anep::HEADER_LEN;
+        anep::write_header(&mut p, anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_PLAIN, plen);
+        anode_node::plain::Repr {
+            dst: "10.0.0.3".parse().expect("addr"),
+            src: "10.0.0.1".parse().expect("addr"),
+            ttl: 8,
+            port: 9,
+        }
+        .emit(&mut p[anep::HEADER_LEN..])
+        .expect("header room");
+        p
+    }
+
+    #[test]
+    fn a_paced_link_sends_at_its_rate_in_order_and_an_empty_one_asks_for_no_wakeup() {
+        let a = UdpSocket::bind("127.0.0.1:0").expect("bind a");
+        let c = UdpSocket::bind("127.0.0.1:0").expect("bind c");
+        c.set_nonblocking(true).expect("nonblocking");
+        let free: Vec<u16> = [UdpSocket::bind("127.0.0.1:0").expect("p"), UdpSocket::bind("127.0.0.1:0").expect("p")]
+            .iter()
+            .map(|s| s.local_addr().expect("addr").port())
+            .collect();
+        let run_dir = std::env::temp_dir().join(format!("anode-pacer-{}", std::process::id()));
+        // East is paced at 1 Mbit/s: a 300-byte datagram holds it 2.4 ms.
+        let cfg = NodeConfig::from_toml(&format!(
+            "address = \"10.0.0.2\"\nrun_dir = \"{}\"\n\
+             [[interface]]\nname = \"west\"\nlisten = \"127.0.0.1:{}\"\n\
+             neighbors = [{{ address = \"10.0.0.1\", endpoint = \"{}\" }}]\n\
+             [[interface]]\nname = \"east\"\nlisten = \"127.0.0.1:{}\"\nrate_bps = 1000000\n\
+             neighbors = [{{ address = \"10.0.0.3\", endpoint = \"{}\" }}]\n",
+            run_dir.display(),
+            free[0],
+            a.local_addr().expect("a"),
+            free[1],
+            c.local_addr().expect("c"),
+        ))
+        .expect("config");
+        let mut d = Daemon::bind(&cfg, None, &Options::default()).expect("daemon");
+        let west = d.listen_addrs()[0];
+        let sent: Vec<Vec<u8>> = (0..10u8).map(|i| plain(300, i)).collect();
+        for p in &sent {
+            a.send_to(p, west).expect("send");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        d.udp_ready(0);
+        let mut got = Vec::new();
+        let mut buf = [0u8; 2048];
+        let mut drain = |got: &mut Vec<Vec<u8>>| {
+            while let Ok((n, _)) = c.recv_from(&mut buf) {
+                got.push(buf[..n].to_vec());
+            }
+        };
+        std::thread::sleep(Duration::from_millis(5));
+        drain(&mut got);
+        // One datagram left at once; the other nine wait for the link.
+        assert_eq!(got.len(), 1);
+        assert_eq!(d.pacer.status(1).expect("east is paced")["queued_packets"], 9);
+        assert!(d.pacer.status(0).is_none(), "west is not paced");
+        assert!(d.pacer.next_due_ns(d.now_ns()).is_some(), "a wakeup for the queue");
+        // Released as the link frees, in order.
+        for _ in 0..200 {
+            std::thread::sleep(Duration::from_millis(1));
+            d.pace();
+            drain(&mut got);
+            if got.len() == sent.len() {
+                break;
+            }
+        }
+        assert_eq!(got.len(), sent.len());
+        for (s, g) in sent.iter().zip(&got) {
+            assert_eq!(g[g.len() - 1], s[s.len() - 1], "in order");
+        }
+        let st = d.pacer.status(1).expect("east");
+        assert_eq!((st["sent_packets"].as_u64(), st["queued_packets"].as_u64()), (Some(10), Some(0)), "{st}");
+        let be = st["clients"].as_array().expect("clients").iter().find(|c| c["owner"] == "best-effort").cloned();
+        assert_eq!(be.expect("forwarding is best effort")["sent_packets"], 10);
+        // Nothing queued: no wakeup.
+        assert_eq!(d.pacer.next_due_ns(d.now_ns()), None);
+        assert_eq!(d.node.counters.ifaces[1].tx_packets, 10);
+        let _ = std::fs::remove_dir_all(&run_dir);
+    }
+}
