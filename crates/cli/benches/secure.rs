@@ -20,7 +20,9 @@
 //!    `recvmmsg`/`sendmmsg`, no spin), a bare relay process
 //!    (`recvmmsg` → `sendmmsg`, 32 at a time, no anode code, no crypto)
 //!    carrying datagrams of the same length, `b` with two workers, and `b`
-//!    with `SO_BUSY_POLL` at 50 µs; and, as root, the kernel forwarding
+//!    with `SO_BUSY_POLL` at 50 µs, `b` with transmit scheduling on its
+//!    link to c (`rate_bps` far above what it forwards: the scheduler's
+//!    cost only); and, as root, the kernel forwarding
 //!    between three network namespaces joined by veth pairs (the same
 //!    plain datagrams to c's address through b, as GSO runs and one by
 //!    one; its CPU is not attributable to a process). Trials alternate; the
@@ -490,6 +492,12 @@ impl Rig {
     /// b in `mode` with `io` as its `[io]` section, named `tag`; the
     /// generator sends GSO runs when `gso`.
     fn start(dir: &Path, mode: Option<Mode>, t0: Instant, tag: &str, io: &str, gso: bool) -> Rig {
+        Rig::start_with(dir, mode, t0, tag, io, gso, "")
+    }
+
+    /// [`Rig::start`] with `c_link` added to b's interface towards c (a
+    /// `rate_bps`, say).
+    fn start_with(dir: &Path, mode: Option<Mode>, t0: Instant, tag: &str, io: &str, gso: bool, c_link: &str) -> Rig {
         let (sa, sc) = (UdpSocket::bind("127.0.0.1:0").expect("a"), UdpSocket::bind("127.0.0.1:0").expect("c"));
         let (ea, ec) = (sa.local_addr().expect("a"), sc.local_addr().expect("c"));
         let ports = free_addrs(2);
@@ -498,7 +506,7 @@ impl Rig {
             "address = \"10.0.0.2\"\nrun_dir = \"{}\"\n{}{}{}[io]\n{io}\n",
             dir.join(tag).join("run").display(),
             iface("to-a", ports[0], ad(1), ea, mode.map(|_| id(1)).as_ref()),
-            iface("to-c", ports[1], ad(3), ec, mode.map(|_| id(3)).as_ref()),
+            iface("to-c", ports[1], ad(3), ec, mode.map(|_| id(3)).as_ref()) + c_link,
             security(mode, &key)
         );
         let b = Daemon::start(dir, tag, &cfg);
@@ -759,9 +767,12 @@ fn datapath(dir: &Path, reps: usize, window: Duration, report: &mut String) {
     // SO_BUSY_POLL as an option (raising it needs CAP_NET_ADMIN; the node
     // says so in its log when refused).
     let bp = Rig::start(dir, Some(Mode::Encrypt), t0, "io-on-busy-poll-50", "busy_poll_us = 50", true);
-    let mut rigs = vec![on, off, Rig::relay(), w2, bp];
+    // Transmit scheduling (issue 15) on b's link to c, at a rate far above
+    // what b forwards, so that only the scheduler's cost shows.
+    let paced = Rig::start_with(dir, Some(Mode::Encrypt), t0, "io-on-paced", "", true, "rate_bps = 40000000000\n");
+    let mut rigs = vec![on, off, Rig::relay(), w2, bp, paced];
     // The relay carries plain datagrams as long as the sealed ones.
-    let mut pads = vec![0, 0, 8 + OVERHEAD, 0, 0];
+    let mut pads = vec![0, 0, 8 + OVERHEAD, 0, 0, 0];
     // The kernel forwarding between namespaces, where it can be built.
     match KernelPath::unavailable() {
         None => {
