@@ -327,7 +327,7 @@ impl Sim {
 
     /// A packet for the router: early demultiplexing into its channels'
     /// jobs, then each job.
-    fn to_router(&mut self, source: Ipv4Addr, port: u16, payload: &[u8]) -> Result<()> {
+    fn router_receives(&mut self, source: Ipv4Addr, port: u16, payload: &[u8]) -> Result<()> {
         let mut jobs = Vec::new();
         self.sb.demux_into(source, port, payload, &mut jobs);
         for j in jobs {
@@ -367,11 +367,11 @@ impl Sim {
             }
             Ev::RouterData(seq) => {
                 let pkt = self.packet(seq);
-                self.to_router(SENDER, DATA_PORT, &pkt)?;
+                self.router_receives(SENDER, DATA_PORT, &pkt)?;
             }
             Ev::RouterNack(seq) => {
                 self.cur.nacks += 1;
-                self.to_router(RECEIVER, NACK_PORT, &seq.to_be_bytes())?;
+                self.router_receives(RECEIVER, NACK_PORT, &seq.to_be_bytes())?;
             }
             Ev::ReceiverData(seq) => {
                 let i = seq as usize;
@@ -554,6 +554,9 @@ pub fn run(a: Fig15Args) -> Result<std::process::ExitCode> {
     Ok(std::process::ExitCode::SUCCESS)
 }
 
+/// A plotted series: name, colour, value of a row.
+type Series = (&'static str, RGBColor, fn(&Row) -> f64);
+
 fn plot(rows: &[Row], p: &Params, out: &Path) -> Result<()> {
     super::plot::register_font()?;
     let root = BitMapBackend::new(out, (1100, 800)).into_drawing_area();
@@ -578,7 +581,7 @@ fn plot(rows: &[Row], p: &Params, out: &Path) -> Result<()> {
         .build_cartesian_2d(0f64..xmax, 0f64..kib_max)
         .map_err(|x| e(&x))?;
     c.configure_mesh().x_desc("time (s)").y_desc("KiB").label_style(("sans-serif", 13)).draw().map_err(|x| e(&x))?;
-    let series: [(&str, RGBColor, fn(&Row) -> f64); 2] = [
+    let series: [Series; 2] = [
         ("heap reservation", RGBColor(31, 119, 180), |r| r.reservation as f64 / 1024.0),
         ("heap used", RGBColor(255, 127, 14), |r| r.used as f64 / 1024.0),
     ];
@@ -609,7 +612,7 @@ fn plot(rows: &[Row], p: &Params, out: &Path) -> Result<()> {
         .label_style(("sans-serif", 13))
         .draw()
         .map_err(|x| e(&x))?;
-    let series: [(&str, RGBColor, fn(&Row) -> f64); 3] = [
+    let series: [Series; 3] = [
         ("packets sent", RGBColor(44, 160, 44), |r| f64::from(r.sent)),
         ("NACKs received", RGBColor(214, 39, 40), |r| f64::from(r.nacks)),
         ("cache hits", RGBColor(148, 103, 189), |r| f64::from(r.hits)),
@@ -701,7 +704,7 @@ mod tests {
             (NACK_PORT, &long),
         ];
         for (port, payload) in cases {
-            sim.to_router(SENDER, port, payload).unwrap();
+            sim.router_receives(SENDER, port, payload).unwrap();
         }
         let mut out = Vec::new();
         let bad = sim.sb.invoke(now(0), sim.module, "stats", b"bad", &mut out).unwrap();
@@ -712,9 +715,9 @@ mod tests {
         }
         // A well-formed NACK for a packet never seen is a miss, forwarded
         // upstream once a data packet has named the sender.
-        sim.to_router(SENDER, DATA_PORT, &sim.packet(1)).unwrap();
-        sim.to_router(RECEIVER, NACK_PORT, &9u32.to_be_bytes()).unwrap();
-        sim.to_router(RECEIVER, NACK_PORT, &1u32.to_be_bytes()).unwrap();
+        sim.router_receives(SENDER, DATA_PORT, &sim.packet(1)).unwrap();
+        sim.router_receives(RECEIVER, NACK_PORT, &9u32.to_be_bytes()).unwrap();
+        sim.router_receives(RECEIVER, NACK_PORT, &1u32.to_be_bytes()).unwrap();
         assert_eq!(sim.sb.invoke(now(0), sim.module, "stats", b"misses", &mut out), Ok(1));
         assert_eq!(sim.sb.invoke(now(0), sim.module, "stats", b"hits", &mut out), Ok(1));
         assert_eq!(sim.sb.invoke(now(0), sim.module, "stats", b"unknown", &mut out), Ok(-1));
