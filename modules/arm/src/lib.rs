@@ -26,6 +26,9 @@
 //!   `request_refused`, `send_failed`, `cached`, `slots`); returns it
 //!   (saturated), or -1.
 //!
+//! Lookups scan the ring (a few hundred slots in Fig. 15; each scan is
+//! bounded by the cache's size and the invocation's fuel).
+//!
 //! The cache is a ring of [`SLOT`]-byte slots in linear memory the module
 //! grows itself (`memory.grow`, one 64 KiB page = 64 slots at a time, when
 //! the write position wraps), so its size is what the session's heap
@@ -185,7 +188,7 @@ fn grow() -> bool {
         cap();
         return false;
     }
-    let Ok(addr) = u32::try_from(old * PAGE as usize) else { return false };
+    let Some(addr) = old.checked_mul(PAGE as usize).and_then(|a| u32::try_from(a).ok()) else { return false };
     let pages = PAGES.load(Relaxed);
     if pages == 0 {
         BASE.store(addr, Relaxed);
