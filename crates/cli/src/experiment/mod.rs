@@ -8,6 +8,7 @@
 //! - `fig13`: RCANE Fig. 13 (reception: received bandwidth over the
 //!   receiver's VP period and FIFO size) on real daemons.
 //! - `fig16`: RCANE Fig. 16 (isolation of allocation) in the sandbox.
+//! - `fig15`: RCANE Fig. 15 (memory with ARM) in the sandbox.
 //! - `fig12`, `fig12-module`, `fig12-receive`: RCANE Fig. 12 (transmit
 //!   reservations per link) on real daemons, with `scripts/fig12`.
 //!
@@ -17,6 +18,7 @@
 mod fig11;
 mod fig12;
 mod fig13;
+mod fig15;
 mod fig16;
 mod periods;
 mod plot;
@@ -48,6 +50,10 @@ pub enum ExperimentCmd {
     /// time: B (1 ms in 4 ms) beside A allocating heavily, in one session
     /// and in two; writes fig16.csv and fig16.png.
     Fig16(fig16::Fig16Args),
+    /// RCANE Fig. 15 (memory with ARM) in the sandbox, on virtual time: the
+    /// ARM caching module (modules/out/arm.wasm) between a sender and a lossy
+    /// link, asking for heap as the loss grows; writes fig15.csv and fig15.png.
+    Fig15(fig15::Fig15Args),
     /// RCANE Fig. 13 (reception) on a testbed of real daemons: received
     /// bandwidth of a 10 % session over its VP period and channel FIFO size,
     /// beside a 40 % CPU hog, without and with slack; writes fig13.csv and
@@ -83,6 +89,7 @@ pub fn run(c: ExperimentCmd) -> Result<std::process::ExitCode> {
     match c {
         ExperimentCmd::Fig11(a) => fig11::run(a),
         ExperimentCmd::Fig16(a) => fig16::run(a),
+        ExperimentCmd::Fig15(a) => fig15::run(a),
         ExperimentCmd::Fig13(a) => fig13::run(a),
         ExperimentCmd::Fig12(a) => fig12::run(a),
         ExperimentCmd::Fig12Module(a) => fig12::module(a),
