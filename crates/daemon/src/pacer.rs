@@ -50,7 +50,16 @@ pub(crate) struct Link {
 #[derive(Debug, Default)]
 pub(crate) struct Pacer {
     links: Vec<Option<Link>>,
+    /// Buffers of datagrams already sent, reused by the next ones queued,
+    /// so that a paced link does not allocate per datagram once warm.
+    spare: Vec<Vec<u8>>,
 }
+
+/// Most spare buffers kept.
+const MAX_SPARE: usize = 1024;
+/// Largest buffer kept as spare (a link MTU's datagram; fragments and
+/// larger datagrams are given back to the allocator).
+const MAX_SPARE_LEN: usize = 2048;
 
 impl Pacer {
     /// A link scheduler for each interface with a rate.
@@ -81,7 +90,15 @@ impl Pacer {
                 Some(Link { sched, period_ns, applied: HashMap::new(), refused: 0 })
             })
             .collect();
-        Pacer { links }
+        Pacer { links, spare: Vec::new() }
+    }
+
+    /// Takes back the buffer of a datagram that was sent, for the next one
+    /// queued.
+    pub(crate) fn recycle(&mut self, q: Queued) {
+        if self.spare.len() < MAX_SPARE && q.bytes.capacity() <= MAX_SPARE_LEN {
+            self.spare.push(q.bytes);
+        }
     }
 
     /// Whether any link is paced.
@@ -115,7 +132,10 @@ impl Pacer {
             link.follow(p, node.tx_reserved_of(p), now_ns);
         }
         let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
-        match link.sched.enqueue(owner, len, Queued { to, bytes: bytes.to_vec() }, now_ns) {
+        let mut buf = self.spare.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(bytes);
+        match link.sched.enqueue(owner, len, Queued { to, bytes: buf }, now_ns) {
             Ok(()) => {}
             Err(TxError::TooManyClients) => node.counters.drop(Drop::TxNoClient),
             Err(_) => node.counters.drop(Drop::TxQueueFull),

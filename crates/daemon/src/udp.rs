@@ -234,6 +234,7 @@ impl Daemon {
                 drop(iovs);
                 for (owner, q) in got.drain(..) {
                     self.node.charge_sent(owner, 1, q.bytes.len() as u64);
+                    self.pacer.recycle(q);
                 }
                 self.charged = true;
             }
