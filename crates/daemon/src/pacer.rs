@@ -247,54 +247,14 @@ impl Link {
 /// its pacing driven by hand (`udp_ready`, `pace`), without the event loop.
 #[cfg(test)]
 mod tests {
-    use crate::daemon::{Daemon, Options};
-    use anode_node::anep;
-    use anode_node::config::NodeConfig;
-    use std::net::UdpSocket;
+    use crate::udp::offload_tests::{line, plain};
     use std::time::Duration;
-
-    /// A plain datagram to 10.0.0.3 of `len` bytes whose payload is `seq`.
-    fn plain(len: usize, seq: u8) -> Vec<u8> {
-        let mut p = vec![seq; len];
-        let plen = len - anep::HEADER_LEN;
-        anep::write_header(&mut p, anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_PLAIN, plen);
-        anode_node::plain::Repr {
-            dst: "10.0.0.3".parse().expect("addr"),
-            src: "10.0.0.1".parse().expect("addr"),
-            ttl: 8,
-            port: 9,
-        }
-        .emit(&mut p[anep::HEADER_LEN..])
-        .expect("header room");
-        p
-    }
 
     #[test]
     fn a_paced_link_sends_at_its_rate_in_order_and_an_empty_one_asks_for_no_wakeup() {
-        let a = UdpSocket::bind("127.0.0.1:0").expect("bind a");
-        let c = UdpSocket::bind("127.0.0.1:0").expect("bind c");
-        c.set_nonblocking(true).expect("nonblocking");
-        let free: Vec<u16> = [UdpSocket::bind("127.0.0.1:0").expect("p"), UdpSocket::bind("127.0.0.1:0").expect("p")]
-            .iter()
-            .map(|s| s.local_addr().expect("addr").port())
-            .collect();
-        let run_dir = std::env::temp_dir().join(format!("anode-pacer-{}", std::process::id()));
         // East is paced at 1 Mbit/s: a 300-byte datagram holds it 2.4 ms.
-        let cfg = NodeConfig::from_toml(&format!(
-            "address = \"10.0.0.2\"\nrun_dir = \"{}\"\n\
-             [[interface]]\nname = \"west\"\nlisten = \"127.0.0.1:{}\"\n\
-             neighbors = [{{ address = \"10.0.0.1\", endpoint = \"{}\" }}]\n\
-             [[interface]]\nname = \"east\"\nlisten = \"127.0.0.1:{}\"\nrate_bps = 1000000\n\
-             neighbors = [{{ address = \"10.0.0.3\", endpoint = \"{}\" }}]\n",
-            run_dir.display(),
-            free[0],
-            a.local_addr().expect("a"),
-            free[1],
-            c.local_addr().expect("c"),
-        ))
-        .expect("config");
-        let mut d = Daemon::bind(&cfg, None, &Options::default()).expect("daemon");
-        let west = d.listen_addrs()[0];
+        let (mut d, a, c, west) = line("", "rate_bps = 1000000\n", "pacer");
+        c.set_nonblocking(true).expect("nonblocking");
         let sent: Vec<Vec<u8>> = (0..10u8).map(|i| plain(300, i)).collect();
         for p in &sent {
             a.send_to(p, west).expect("send");
@@ -335,6 +295,6 @@ mod tests {
         // Nothing queued: no wakeup.
         assert_eq!(d.pacer.next_due_ns(d.now_ns()), None);
         assert_eq!(d.node.counters.ifaces[1].tx_packets, 10);
-        let _ = std::fs::remove_dir_all(&run_dir);
+        let _ = std::fs::remove_dir_all(d.run_dir());
     }
 }

@@ -604,9 +604,10 @@ mod tests {
 }
 
 /// GSO and GRO through a real daemon on loopback: its receive and send
-/// paths driven by hand (`udp_ready`), without the event loop.
+/// paths driven by hand (`udp_ready`), without the event loop. `line` and
+/// `plain` serve the pacer's test too.
 #[cfg(test)]
-mod offload_tests {
+pub(crate) mod offload_tests {
     use crate::daemon::{Daemon, Options};
     use anode_node::anep;
     use anode_node::config::NodeConfig;
@@ -617,12 +618,15 @@ mod offload_tests {
     use std::time::Duration;
 
     /// b between a (west) and c (east), plain forwarding, `io` as the
-    /// `[io]` section.
-    fn line(io: &str, tag: &str) -> (Daemon, UdpSocket, UdpSocket, SocketAddr) {
+    /// `[io]` section and `east` added to the east interface (a `rate_bps`,
+    /// say). b's ports lie below the ephemeral range (`crate::ports`), so
+    /// no other test's socket takes one before b binds it.
+    pub(crate) fn line(io: &str, east: &str, tag: &str) -> (Daemon, UdpSocket, UdpSocket, SocketAddr) {
         let a = UdpSocket::bind("127.0.0.1:0").expect("bind a");
         let c = UdpSocket::bind("127.0.0.1:0").expect("bind c");
         c.set_read_timeout(Some(Duration::from_millis(500))).expect("timeout");
-        let free: Vec<u16> = [UdpSocket::bind("127.0.0.1:0").expect("p"), UdpSocket::bind("127.0.0.1:0").expect("p")]
+        let free: Vec<u16> = crate::ports::reserve_loopback(2)
+            .expect("free ports")
             .iter()
             .map(|s| s.local_addr().expect("addr").port())
             .collect();
@@ -631,7 +635,7 @@ mod offload_tests {
             "address = \"10.0.0.2\"\nrun_dir = \"{}\"\n\
              [[interface]]\nname = \"west\"\nlisten = \"127.0.0.1:{}\"\n\
              neighbors = [{{ address = \"10.0.0.1\", endpoint = \"{}\" }}]\n\
-             [[interface]]\nname = \"east\"\nlisten = \"127.0.0.1:{}\"\n\
+             [[interface]]\nname = \"east\"\nlisten = \"127.0.0.1:{}\"\n{east}\
              neighbors = [{{ address = \"10.0.0.3\", endpoint = \"{}\" }}]\n\
              [io]\n{io}\n",
             run_dir.display(),
@@ -647,7 +651,7 @@ mod offload_tests {
     }
 
     /// A plain datagram to c of `len` bytes whose payload is `seq` repeated.
-    fn plain(len: usize, seq: u8) -> Vec<u8> {
+    pub(crate) fn plain(len: usize, seq: u8) -> Vec<u8> {
         let mut p = vec![seq; len];
         let plen = len - anep::HEADER_LEN;
         anep::write_header(&mut p, anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_PLAIN, plen);
@@ -709,7 +713,7 @@ mod offload_tests {
 
     #[test]
     fn a_gso_run_arrives_as_one_gro_receive_is_cut_into_datagrams_and_leaves_as_one_gso_send() {
-        let (mut d, a, c, west) = line("gso = true\ngro = true\nspin_us = 0", "on");
+        let (mut d, a, c, west) = line("gso = true\ngro = true\nspin_us = 0", "", "on");
         let sent = burst();
         send_run(&a, west, &sent);
         let got = forward(&mut d, &c, sent.len());
@@ -723,7 +727,7 @@ mod offload_tests {
 
     #[test]
     fn with_the_offloads_off_the_same_datagrams_cross_one_by_one() {
-        let (mut d, a, c, west) = line("gso = false\ngro = false\nspin_us = 0", "off");
+        let (mut d, a, c, west) = line("gso = false\ngro = false\nspin_us = 0", "", "off");
         let sent = burst();
         send_run(&a, west, &sent);
         let got = forward(&mut d, &c, sent.len());
@@ -735,7 +739,7 @@ mod offload_tests {
 
     #[test]
     fn a_gso_run_the_kernel_refuses_is_sent_datagram_by_datagram() {
-        let (mut d, a, c, west) = line("gso = true\ngro = true\nspin_us = 0", "refused");
+        let (mut d, a, c, west) = line("gso = true\ngro = true\nspin_us = 0", "", "refused");
         // With SO_NO_CHECK the kernel refuses every GSO send (EINVAL).
         crate::mmsg::set_no_check(d.udp[1].as_fd()).expect("SO_NO_CHECK");
         let sent = burst();
@@ -749,7 +753,7 @@ mod offload_tests {
 
     #[test]
     fn a_gro_run_with_a_malformed_datagram_loses_only_that_datagram() {
-        let (mut d, a, c, west) = line("gso = true\ngro = true\nspin_us = 0", "bad");
+        let (mut d, a, c, west) = line("gso = true\ngro = true\nspin_us = 0", "", "bad");
         let mut sent = burst();
         // Datagram 5 claims a longer ANEP length than its segment.
         anep::write_header(&mut sent[5], anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_PLAIN, 900);

@@ -47,8 +47,10 @@ fn warm_daemon_data_path_does_not_allocate() {
     let a = UdpSocket::bind("127.0.0.1:0").expect("bind a");
     let c = UdpSocket::bind("127.0.0.1:0").expect("bind c");
     c.set_read_timeout(Some(Duration::from_millis(200))).expect("timeout");
-    // Two free ports (config validation rejects two listens on port 0).
-    let free: Vec<u16> = [UdpSocket::bind("127.0.0.1:0").expect("p"), UdpSocket::bind("127.0.0.1:0").expect("p")]
+    // Two free ports (config validation rejects two listens on port 0),
+    // below the ephemeral range so that no other socket takes one first.
+    let free: Vec<u16> = anode_daemon::ports::reserve_loopback(2)
+        .expect("free ports")
         .iter()
         .map(|s| s.local_addr().expect("addr").port())
         .collect();
