@@ -591,13 +591,7 @@ fn plot(rows: &[Row], p: &Params, out: &Path) -> Result<()> {
             .label(name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
     }
-    c.configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .label_font(("sans-serif", 13))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|x| e(&x))?;
+    super::plot::legend(&mut c, SeriesLabelPosition::LowerRight, 13).map_err(|x| e(&x))?;
     let pmax = rows.iter().map(|r| r.sent.max(r.nacks)).max().unwrap_or(1) as f64 * 1.1;
     let mut c = ChartBuilder::on(&bottom)
         .caption("per second: packets sent by the sender, NACKs at the router, cache hits", ("sans-serif", 18))
@@ -623,13 +617,7 @@ fn plot(rows: &[Row], p: &Params, out: &Path) -> Result<()> {
             .label(name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
     }
-    c.configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font(("sans-serif", 13))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|x| e(&x))?;
+    super::plot::legend(&mut c, SeriesLabelPosition::UpperLeft, 13).map_err(|x| e(&x))?;
     root.present().map_err(|x| e(&x))?;
     Ok(())
 }

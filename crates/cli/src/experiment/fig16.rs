@@ -357,13 +357,7 @@ fn plot(all: &[(&str, Vec<Row>)], out: &Path) -> Result<()> {
             .map_err(|x| e(&x))?
             .label("B's time spent finishing A's invocation")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RGBColor(214, 39, 40).stroke_width(2)));
-        c.configure_series_labels()
-            .position(SeriesLabelPosition::LowerLeft)
-            .label_font(("sans-serif", 13))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|x| e(&x))?;
+        super::plot::legend(&mut c, SeriesLabelPosition::LowerLeft, 13).map_err(|x| e(&x))?;
         let mut c = ChartBuilder::on(bottom)
             .caption(format!("{name}: B's request latency (release to end); x: failed"), ("sans-serif", 18))
             .margin(10)

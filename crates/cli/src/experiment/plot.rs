@@ -80,15 +80,31 @@ pub fn fig11(t: &Trace, out: &Path) -> Result<()> {
                 .label(label)
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .label_font(("sans-serif", 14))
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|x| e(&x))?;
+        legend(&mut chart, SeriesLabelPosition::UpperRight, 14).map_err(|x| e(&x))?;
     }
     root.present().map_err(|x| e(&x))?;
     Ok(())
+}
+
+/// Draws a chart's legend at `pos` in the box every figure uses (white,
+/// 85 % opaque, black border, sans-serif at `font` points).
+///
+/// # Errors
+/// The backend's drawing error.
+pub fn legend<'a, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    pos: SeriesLabelPosition,
+    font: u32,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>>
+where
+    DB: DrawingBackend + 'a,
+    CT: CoordTranslate,
+{
+    chart
+        .configure_series_labels()
+        .position(pos)
+        .label_font(("sans-serif", font))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
 }
