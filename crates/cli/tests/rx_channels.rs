@@ -19,10 +19,9 @@
 mod common;
 
 use anode_daemon::client::Client;
-use common::{ANODE, Scratch, first_listen, status, text, up_line3, user_keys};
+use common::{UserLine, status, text};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 const C: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 3);
@@ -79,41 +78,7 @@ fn served_module(vp: u8) -> Vec<u8> {
     )
 }
 
-struct Env {
-    s: Scratch,
-    admin: PathBuf,
-    node: String,
-    node_key: PathBuf,
-}
-
-impl Env {
-    fn run(&self, key: &Path, args: &[&str]) -> Output {
-        Command::new(ANODE)
-            .args(args)
-            .args(["--node", &self.node, "--node-key"])
-            .arg(&self.node_key)
-            .arg("--key")
-            .arg(key)
-            .output()
-            .unwrap()
-    }
-
-    fn cred(&self, principal: &Path, name: &str, args: &[&str]) -> PathBuf {
-        let out = self.s.0.join(name);
-        let o = Command::new(ANODE)
-            .args(["cred", "issue", "--admin-key"])
-            .arg(&self.admin)
-            .arg("--principal")
-            .arg(principal)
-            .args(args)
-            .arg("-o")
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", text(&o));
-        out
-    }
-
+impl UserLine {
     /// Writes `code` as `<name>.wasm`, issues its credential to `pubk`
     /// (with `extra` options) and loads it over `key`'s SA.
     fn load(&self, key: &Path, pubk: &Path, name: &str, code: &[u8], extra: &[&str]) {
@@ -158,23 +123,8 @@ fn session_vp(st: &serde_json::Value, sid: &str, index: usize) -> serde_json::Va
 }
 
 /// The testbed a - b - c with the users `names`, commands pointed at c.
-fn up(tag: &str, names: &[&str]) -> (Env, PathBuf, Vec<(PathBuf, PathBuf)>) {
-    let s = Scratch::new("rx", tag);
-    let keys: Vec<_> = names.iter().map(|n| user_keys(&s.0.join(n), n)).collect();
-    let mut args = Vec::new();
-    for (_, p) in &keys {
-        args.push("--user");
-        args.push(p.to_str().unwrap());
-    }
-    up_line3(&s, &args);
-    let c = s.tb().join("c");
-    let env = Env {
-        admin: s.tb().join("keys").join("admin.key"),
-        node: first_listen(&c),
-        node_key: s.tb().join("keys").join("c.pub"),
-        s,
-    };
-    (env, c, keys)
+fn up(tag: &str, names: &[&str]) -> (UserLine, PathBuf, Vec<(PathBuf, PathBuf)>) {
+    UserLine::up("rx", tag, names, &[])
 }
 
 #[test]

@@ -7,59 +7,11 @@
 
 mod common;
 
-use common::{ANODE, Scratch, first_listen, modules_dir, status, text, up_line3, user_keys};
-use std::path::Path;
+use common::{ANODE, Scratch, UserLine, issue_cred, modules_dir, status, text, user_keys};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-struct Env {
-    s: Scratch,
-    admin: std::path::PathBuf,
-    node: String,
-    node_key: std::path::PathBuf,
-}
-
-impl Env {
-    /// A line a - b - c whose nodes accept the users `names` (a key pair
-    /// each, in order), the commands pointed at c: the env, c's node
-    /// directory, and each user's (secret key, public key) files.
-    fn up(tag: &str, names: &[&str]) -> (Env, std::path::PathBuf, Vec<(std::path::PathBuf, std::path::PathBuf)>) {
-        Env::up_with(tag, names, &[])
-    }
-
-    /// [`Env::up`] with more `anode testbed up` arguments.
-    fn up_with(
-        tag: &str,
-        names: &[&str],
-        extra: &[&str],
-    ) -> (Env, std::path::PathBuf, Vec<(std::path::PathBuf, std::path::PathBuf)>) {
-        let s = Scratch::new("sessions", tag);
-        let keys: Vec<_> = names.iter().map(|n| user_keys(&s.0.join(n), n)).collect();
-        let mut args = extra.to_vec();
-        for (_, p) in &keys {
-            args.push("--user");
-            args.push(p.to_str().unwrap());
-        }
-        up_line3(&s, &args);
-        let c = s.tb().join("c");
-        let env = Env {
-            admin: s.tb().join("keys").join("admin.key"),
-            node: first_listen(&c),
-            node_key: s.tb().join("keys").join("c.pub"),
-            s,
-        };
-        (env, c, keys)
-    }
-
-    fn run(&self, key: &Path, args: &[&str]) -> Output {
-        self.command(key, args).output().unwrap()
-    }
-
-    fn command(&self, key: &Path, args: &[&str]) -> Command {
-        let mut c = Command::new(ANODE);
-        c.args(args).args(["--node", &self.node, "--node-key"]).arg(&self.node_key).arg("--key").arg(key);
-        c
-    }
-
+impl UserLine {
     /// Issues a module credential for `modules/out/<module>.wasm` to the
     /// holder of `pubk` (interfaces `ifaces`, then `extra` options), saved
     /// as `<cred_name>`, and loads the module with it over `key`'s SA: the
@@ -79,27 +31,11 @@ impl Env {
         let cred = self.cred(pubk, cred_name, &args);
         self.run(key, &["module", "load", wasm.to_str().unwrap(), "--credential", cred.to_str().unwrap()])
     }
-
-    fn cred(&self, principal: &Path, name: &str, args: &[&str]) -> std::path::PathBuf {
-        issue_cred(&self.admin, principal, &self.s.0.join(name), args)
-    }
 }
 
-/// `anode cred issue` with the administrator key `admin` for the holder of
-/// `principal`, into `out`.
-fn issue_cred(admin: &Path, principal: &Path, out: &Path, args: &[&str]) -> std::path::PathBuf {
-    let o = Command::new(ANODE)
-        .args(["cred", "issue", "--admin-key"])
-        .arg(admin)
-        .arg("--principal")
-        .arg(principal)
-        .args(args)
-        .arg("-o")
-        .arg(out)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    out.to_path_buf()
+/// The line of [`UserLine::up`] for this file's tests.
+fn up(tag: &str, names: &[&str]) -> (UserLine, PathBuf, Vec<(PathBuf, PathBuf)>) {
+    UserLine::up("sessions", tag, names, &[])
 }
 
 fn session_of(o: &Output) -> String {
@@ -120,7 +56,7 @@ fn principal_sessions(c: &Path) -> Vec<serde_json::Value> {
 
 #[test]
 fn sessions_open_run_modules_refuse_what_is_not_allowed_and_close() {
-    let (env, c, keys) = Env::up("all", &["u", "m"]);
+    let (env, c, keys) = up("all", &["u", "m"]);
     let mut keys = keys.into_iter();
     let (ukey, upub) = keys.next().unwrap();
     let (mkey, mpub) = keys.next().unwrap();
@@ -245,7 +181,7 @@ fn sessions_open_run_modules_refuse_what_is_not_allowed_and_close() {
 
 #[test]
 fn an_expired_session_credential_is_refused() {
-    let (env, _c, keys) = Env::up("expired", &["u"]);
+    let (env, _c, keys) = up("expired", &["u"]);
     let mut keys = keys.into_iter();
     let (ukey, upub) = keys.next().unwrap();
     let scred = env.cred(&upub, "u.session", &["--kind", "session", "--expires", "1s"]);
@@ -257,7 +193,7 @@ fn an_expired_session_credential_is_refused() {
 
 #[test]
 fn the_operator_lists_and_unloads_modules() {
-    let (env, c, keys) = Env::up("modules", &["u"]);
+    let (env, c, keys) = up("modules", &["u"]);
     let mut keys = keys.into_iter();
     let (ukey, upub) = keys.next().unwrap();
     let o = env.load_module(&ukey, &upub, "burn", "burn.cred", "time", &["--cpu", "5000000", "--expires", "1h"]);
@@ -302,7 +238,7 @@ fn the_operator_lists_and_unloads_modules() {
 /// its limit.
 #[test]
 fn hostile_modules_do_not_cost_a_session_its_reservation() {
-    let (env, c, keys) = Env::up("hostile", &["v", "h"]);
+    let (env, c, keys) = up("hostile", &["v", "h"]);
     let mut keys = keys.into_iter();
     let (vkey, vpub) = keys.next().unwrap();
     let (hkey, hpub) = keys.next().unwrap();
@@ -370,7 +306,7 @@ fn hostile_modules_do_not_cost_a_session_its_reservation() {
 
 #[test]
 fn session_requests_are_rate_limited_and_credentials_end_sessions() {
-    let (env, c, keys) = Env::up("limits", &["u"]);
+    let (env, c, keys) = up("limits", &["u"]);
     let mut keys = keys.into_iter();
     let (ukey, upub) = keys.next().unwrap();
     // A burst of 200 requests over one SA: the burst allowance (40) is
@@ -407,7 +343,7 @@ fn session_requests_are_rate_limited_and_credentials_end_sessions() {
 #[test]
 fn a_session_ends_when_its_principal_is_gone_even_mid_invocation_and_a_held_one_stays() {
     // SAs last 2 s and sessions outlive their principal's last SA by 1 s.
-    let (env, c, keys) = Env::up_with("gone", &["g", "h"], &["--sa-lifetime", "2", "--session-grace", "1"]);
+    let (env, c, keys) = UserLine::up("sessions", "gone", &["g", "h"], &["--sa-lifetime", "2", "--session-grace", "1"]);
     let mut keys = keys.into_iter();
     let (gkey, gpub) = keys.next().unwrap();
     let (hkey, hpub) = keys.next().unwrap();
@@ -491,7 +427,7 @@ fn a_session_ends_when_its_principal_is_gone_even_mid_invocation_and_a_held_one_
 
 #[test]
 fn the_capsules_of_a_principal_with_a_session_run_in_it() {
-    let (env, c, keys) = Env::up("capsules", &["p"]);
+    let (env, c, keys) = up("capsules", &["p"]);
     let (pkey, ppub) = keys.into_iter().next().unwrap();
     let scred = env.cred(&ppub, "p.session", &["--kind", "session", "--vp-share", "30%", "--total-share", "30%"]);
     let o = env.run(&pkey, &["session", "open", "--credential", scred.to_str().unwrap(), "--vp", "1ms/4ms"]);
@@ -578,7 +514,7 @@ fn sessions_from_the_config_open_at_start_and_a_refused_one_stops_the_start() {
 
 #[test]
 fn a_session_heap_reservation_caps_its_principals_modules() {
-    let (env, c, keys) = Env::up("heap", &["s", "n"]);
+    let (env, c, keys) = up("heap", &["s", "n"]);
     let mut keys = keys.into_iter();
     let (skey, spub) = keys.next().unwrap();
     let (nkey, npub) = keys.next().unwrap();
@@ -642,7 +578,7 @@ const HEAP_ASK_WAT: &str = r#"(module
 
 #[test]
 fn a_module_asks_its_session_for_heap_and_admission_decides() {
-    let (env, c, keys) = Env::up("heapask", &["s"]);
+    let (env, c, keys) = up("heapask", &["s"]);
     let (skey, spub) = keys.into_iter().next().unwrap();
     // The session credential allows 16 MiB of heap (the issue default).
     let scred = env.cred(&spub, "s.session", &["--kind", "session", "--vp-share", "30%", "--total-share", "30%"]);
@@ -678,7 +614,7 @@ fn a_module_asks_its_session_for_heap_and_admission_decides() {
 
 #[test]
 fn the_period_log_records_every_vp_period_and_makes_a_fig11_trace() {
-    let (env, c, keys) = Env::up_with("periods", &["p"], &["--period-log"]);
+    let (env, c, keys) = UserLine::up("sessions", "periods", &["p"], &["--period-log"]);
     let (pkey, ppub) = keys.into_iter().next().unwrap();
     let scred = env.cred(&ppub, "p.session", &["--kind", "session", "--vp-share", "30%", "--total-share", "30%"]);
     let o = env.run(&pkey, &["session", "open", "--credential", scred.to_str().unwrap(), "--vp", "400us/4ms"]);

@@ -98,6 +98,79 @@ pub fn first_listen(node_dir: &Path) -> String {
     cfg.lines().find_map(|l| l.strip_prefix("listen = \"")).expect("a listen line").trim_end_matches('"').to_string()
 }
 
+/// A testbed line a - b - c whose nodes accept a set of users, with the
+/// control commands pointed at c over each user's SA.
+pub struct UserLine {
+    /// The scratch directory (the testbed in its `tb/`).
+    pub s: Scratch,
+    /// The testbed administrator's secret key.
+    pub admin: PathBuf,
+    /// c's first listen address.
+    pub node: String,
+    /// c's public key.
+    pub node_key: PathBuf,
+}
+
+impl UserLine {
+    /// `anode testbed up` of [`LINE3`] in a [`Scratch`] of `kind`/`tag`, with
+    /// a key pair per user of `names` (in order) and `extra` testbed
+    /// arguments: the line, c's node directory, and each user's (secret
+    /// key, public key) files.
+    pub fn up(kind: &str, tag: &str, names: &[&str], extra: &[&str]) -> (UserLine, PathBuf, Vec<(PathBuf, PathBuf)>) {
+        let s = Scratch::new(kind, tag);
+        let keys: Vec<_> = names.iter().map(|n| user_keys(&s.0.join(n), n)).collect();
+        let mut args = extra.to_vec();
+        for (_, p) in &keys {
+            args.push("--user");
+            args.push(p.to_str().expect("utf-8 path"));
+        }
+        up_line3(&s, &args);
+        let c = s.tb().join("c");
+        let line = UserLine {
+            admin: s.tb().join("keys").join("admin.key"),
+            node: first_listen(&c),
+            node_key: s.tb().join("keys").join("c.pub"),
+            s,
+        };
+        (line, c, keys)
+    }
+
+    /// `anode ARGS --node c --node-key c.pub --key KEY`, run to the end.
+    pub fn run(&self, key: &Path, args: &[&str]) -> Output {
+        self.command(key, args).output().expect("anode")
+    }
+
+    /// The command [`UserLine::run`] runs.
+    pub fn command(&self, key: &Path, args: &[&str]) -> Command {
+        let mut c = Command::new(ANODE);
+        c.args(args).args(["--node", &self.node, "--node-key"]).arg(&self.node_key).arg("--key").arg(key);
+        c
+    }
+
+    /// `anode cred issue` by the administrator for the holder of
+    /// `principal`, with `args`, saved in the scratch directory as `name`.
+    pub fn cred(&self, principal: &Path, name: &str, args: &[&str]) -> PathBuf {
+        issue_cred(&self.admin, principal, &self.s.0.join(name), args)
+    }
+}
+
+/// `anode cred issue` with the administrator key `admin` for the holder of
+/// `principal`, into `out`.
+pub fn issue_cred(admin: &Path, principal: &Path, out: &Path, args: &[&str]) -> PathBuf {
+    let o = Command::new(ANODE)
+        .args(["cred", "issue", "--admin-key"])
+        .arg(admin)
+        .arg("--principal")
+        .arg(principal)
+        .args(args)
+        .arg("-o")
+        .arg(out)
+        .output()
+        .expect("anode cred issue");
+    assert!(o.status.success(), "{}", text(&o));
+    out.to_path_buf()
+}
+
 /// A running line of three nodes; dropping it kills them and removes their
 /// files.
 pub struct Line {
