@@ -49,6 +49,9 @@
 //! Every daemon started is stopped when its guard drops, and on SIGINT,
 //! SIGTERM or SIGHUP (a signalfd thread runs the cleanups and exits).
 
+#[path = "relay/mod.rs"]
+mod relay;
+
 use anode_daemon::client::Client;
 use anode_node::anep;
 use anode_node::plain;
@@ -501,57 +504,18 @@ fn port_of(s: &UdpSocket) -> u16 {
     s.local_addr().expect("addr").port()
 }
 
-/// Receives batches until `stop`, adding the count to `count`; if `forward`
-/// is given, sends each batch on with one sendmmsg (the raw relay).
-fn receive_loop(sock: &UdpSocket, stop: &AtomicBool, count: &AtomicU64, forward: Option<(&UdpSocket, SocketAddr)>) {
+/// Receives batches until `stop`, adding the count to `count`.
+fn receive_loop(sock: &UdpSocket, stop: &AtomicBool, count: &AtomicU64) {
     sock.set_read_timeout(Some(Duration::from_millis(50))).expect("timeout");
     let mut bufs: Vec<Vec<u8>> = (0..BATCH).map(|_| vec![0; 2048]).collect();
-    let mut lens = [0usize; BATCH];
     let mut rh = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
-    let mut sh = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
-    let to = forward.map(|(_, a)| SockaddrStorage::from(a));
-    let addrs = [to; BATCH];
     while !stop.load(Ordering::Relaxed) {
-        let n = {
-            let mut iovs: Vec<[IoSliceMut<'_>; 1]> = bufs.iter_mut().map(|b| [IoSliceMut::new(b)]).collect();
-            match recvmmsg(sock.as_raw_fd(), &mut rh, iovs.iter_mut(), MsgFlags::MSG_WAITFORONE, None) {
-                Ok(r) => {
-                    let mut n = 0;
-                    for (m, l) in r.zip(lens.iter_mut()) {
-                        *l = m.bytes;
-                        n += 1;
-                    }
-                    n
-                }
-                Err(Errno::EAGAIN | Errno::EINTR) => 0,
-                Err(e) => panic!("recvmmsg: {e}"),
-            }
+        let mut iovs: Vec<[IoSliceMut<'_>; 1]> = bufs.iter_mut().map(|b| [IoSliceMut::new(b)]).collect();
+        let n = match recvmmsg(sock.as_raw_fd(), &mut rh, iovs.iter_mut(), MsgFlags::MSG_WAITFORONE, None) {
+            Ok(r) => r.count(),
+            Err(Errno::EAGAIN | Errno::EINTR) => 0,
+            Err(e) => panic!("recvmmsg: {e}"),
         };
-        if n == 0 {
-            continue;
-        }
-        if let Some((out, _)) = forward {
-            let iovs: Vec<[IoSlice<'_>; 1]> =
-                bufs[..n].iter().zip(&lens).map(|(b, l)| [IoSlice::new(&b[..*l])]).collect();
-            let mut start = 0;
-            while start < n {
-                let none: [ControlMessage<'_>; 0] = [];
-                match sendmmsg(
-                    out.as_raw_fd(),
-                    &mut sh,
-                    iovs[start..].iter(),
-                    &addrs[start..n],
-                    none,
-                    MsgFlags::empty(),
-                )
-                .map(Iterator::count)
-                {
-                    Ok(k) if k > 0 => start += k,
-                    Err(Errno::EINTR) => {}
-                    _ => start += 1,
-                }
-            }
-        }
         count.fetch_add(n as u64, Ordering::Relaxed);
     }
 }
@@ -597,60 +561,25 @@ struct Trial {
     sink_rx: u64,
 }
 
-/// The raw relay baseline: this bench binary re-run as a child process
-/// (`ANODE_BENCH_RELAY_TO` set) that relays every datagram arriving on one
-/// socket to the sink from another socket, recvmmsg → sendmmsg, 32 at a
-/// time, with no anode code. A process of its own like b, so both pay the
-/// same context switches.
+/// The raw relay baseline ([`relay::Relay`]), registered for the cleanup
+/// on a signal.
 struct Relay {
-    child: Child,
-    addr: SocketAddr,
+    inner: relay::Relay,
     id: u64,
 }
 
 impl Relay {
     fn start(to: SocketAddr) -> Relay {
-        use std::io::BufRead;
-        let exe = std::env::current_exe().expect("own executable");
-        let mut child = Command::new(exe)
-            .env("ANODE_BENCH_RELAY_TO", to.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the relay");
-        let id = register(Cleanup::Pid(child.id() as i32));
-        let mut line = String::new();
-        let out = child.stdout.take().expect("relay stdout");
-        std::io::BufReader::new(out).read_line(&mut line).expect("relay port");
-        let port: u16 = line.trim().parse().expect("relay port");
-        Relay { child, addr: SocketAddr::from((Ipv4Addr::LOCALHOST, port)), id }
+        let inner = relay::Relay::start(to);
+        let id = register(Cleanup::Pid(inner.child.id() as i32));
+        Relay { inner, id }
     }
 }
 
 impl Drop for Relay {
     fn drop(&mut self) {
         unregister(self.id);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
-}
-
-/// The relay process's main: prints its input port, relays until killed or
-/// orphaned.
-fn relay_main(to: &str) {
-    let to: SocketAddr = to.parse().expect("ANODE_BENCH_RELAY_TO");
-    pin_self(&Settings::from_env(), 1);
-    let (input, output) = (udp_socket(), udp_socket());
-    println!("{}", port_of(&input));
-    let parent = nix::unistd::getppid();
-    thread::spawn(move || {
-        while nix::unistd::getppid() == parent {
-            thread::sleep(Duration::from_millis(500));
-        }
-        std::process::exit(0);
-    });
-    let (stop, count) = (AtomicBool::new(false), AtomicU64::new(0));
-    receive_loop(&input, &stop, &count, Some((&output, to)));
 }
 
 /// A `[modules]` section loading `n` CPU-bound modules (modules/burn), each
@@ -789,7 +718,7 @@ impl Rig {
             let (stop, count, s) = (stop.clone(), sink_count.clone(), s.clone());
             threads.push(thread::spawn(move || {
                 pin_self(&s, 0);
-                receive_loop(&sink, &stop, &count, None);
+                receive_loop(&sink, &stop, &count);
             }));
         }
         let b_in = SocketAddr::from((Ipv4Addr::LOCALHOST, ports[0]));
@@ -807,7 +736,7 @@ impl Rig {
 
     fn forwarder_cpu(&self, kind: Kind) -> f64 {
         match self.node(kind) {
-            None => cpu_secs(&format!("/proc/{}/stat", self.relay.child.id())),
+            None => cpu_secs(&format!("/proc/{}/stat", self.relay.inner.child.id())),
             Some(d) => cpu_secs(&format!("/proc/{}/stat", d.pid())),
         }
     }
@@ -827,7 +756,7 @@ impl Rig {
             Kind::Plain | Kind::Raw | Kind::BasePlain => plain_datagram(size),
         };
         let target = match kind {
-            Kind::Raw => self.relay.addr,
+            Kind::Raw => self.relay.inner.addr,
             k if k.is_base() => self.base.as_ref().map_or(self.b_in, |(_, a)| *a),
             _ => self.b_in,
         };
@@ -1720,9 +1649,9 @@ fn machine() -> String {
 }
 
 fn main() {
-    if let Ok(to) = std::env::var("ANODE_BENCH_RELAY_TO") {
-        relay_main(&to);
-        return;
+    if let Ok(to) = std::env::var(relay::ENV) {
+        pin_self(&Settings::from_env(), 1);
+        relay::main(&to, udp_socket(), udp_socket());
     }
     // `cargo bench` passes `--bench`; other arguments (filters) are ignored.
     // Without it (`cargo test --benches`) only a quick smoke run of the

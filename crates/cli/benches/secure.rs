@@ -35,6 +35,9 @@
 //! `throughput`, `latency`, `datapath`; default the first two). Results:
 //! docs/benchmarks.md, "SANE" and "Data path".
 
+#[path = "relay/mod.rs"]
+mod relay;
+
 use anode_daemon::client::Client;
 use anode_node::anep;
 use anode_node::plain;
@@ -137,83 +140,6 @@ fn cpu_secs(pid: u32) -> f64 {
     (t(11) + t(12)) / nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100) as f64
 }
 
-/// A bare relay process: the bench binary re-run with
-/// `ANODE_BENCH_RELAY_TO`, relaying `recvmmsg` → `sendmmsg`, 32 at a time.
-struct Relay {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Relay {
-    fn start(to: SocketAddr) -> Relay {
-        use std::io::BufRead;
-        let mut child = Command::new(std::env::current_exe().expect("own executable"))
-            .env("ANODE_BENCH_RELAY_TO", to.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the relay");
-        let mut line = String::new();
-        let out = child.stdout.take().expect("relay stdout");
-        std::io::BufReader::new(out).read_line(&mut line).expect("relay port");
-        let port: u16 = line.trim().parse().expect("relay port");
-        Relay { child, addr: SocketAddr::from((Ipv4Addr::LOCALHOST, port)) }
-    }
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The relay process: prints its input port, relays until its parent goes.
-fn relay_main(to: &str) {
-    use nix::sys::socket::recvmmsg;
-    use std::io::IoSliceMut;
-    let to: SocketAddr = to.parse().expect("ANODE_BENCH_RELAY_TO");
-    let input = UdpSocket::bind("127.0.0.1:0").expect("relay input");
-    let output = UdpSocket::bind("127.0.0.1:0").expect("relay output");
-    for s in [&input, &output] {
-        let _ = nix::sys::socket::setsockopt(s, nix::sys::socket::sockopt::RcvBuf, &(4 << 20));
-        let _ = nix::sys::socket::setsockopt(s, nix::sys::socket::sockopt::SndBuf, &(4 << 20));
-    }
-    println!("{}", input.local_addr().expect("addr").port());
-    let parent = nix::unistd::getppid();
-    thread::spawn(move || {
-        while nix::unistd::getppid() == parent {
-            thread::sleep(Duration::from_millis(500));
-        }
-        std::process::exit(0);
-    });
-    let mut bufs = vec![vec![0u8; 2048]; BATCH];
-    let mut lens = [0usize; BATCH];
-    let mut rh = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
-    let mut sh = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
-    let addrs = [Some(SockaddrStorage::from(to)); BATCH];
-    loop {
-        let n = {
-            let mut iovs: Vec<[IoSliceMut<'_>; 1]> = bufs.iter_mut().map(|b| [IoSliceMut::new(b)]).collect();
-            match recvmmsg(input.as_raw_fd(), &mut rh, iovs.iter_mut(), MsgFlags::MSG_WAITFORONE, None) {
-                Ok(msgs) => {
-                    let mut n = 0;
-                    for (m, l) in msgs.zip(lens.iter_mut()) {
-                        *l = m.bytes;
-                        n += 1;
-                    }
-                    n
-                }
-                Err(_) => 0,
-            }
-        };
-        let iovs: Vec<[IoSlice<'_>; 1]> =
-            bufs.iter().zip(&lens).take(n).map(|(b, l)| [IoSlice::new(&b[..*l])]).collect();
-        let none: [ControlMessage<'_>; 0] = [];
-        let _ = sendmmsg(output.as_raw_fd(), &mut sh, iovs.iter(), &addrs[..n], none, MsgFlags::empty());
-    }
-}
-
 /// Three network namespaces `a – b – c` joined by veth pairs, b an IP
 /// router (`ip_forward`): the kernel's forwarding between namespaces, the
 /// anchor issue 19 compares with. Deleted on drop.
@@ -295,7 +221,7 @@ impl Drop for KernelPath {
 /// What forwards a rig's traffic.
 enum Forwarder {
     Node(Daemon),
-    Relay(Relay),
+    Relay(relay::Relay),
     /// The kernel: its forwarding runs in softirq context, charged to
     /// whichever task the interrupt or the sender's system call was on, so
     /// no process clock measures it. Held until the rig goes, then deleted.
@@ -540,7 +466,7 @@ impl Rig {
     /// of the length a sealed one has, as GSO runs.
     fn relay() -> Rig {
         let (sa, sc) = (UdpSocket::bind("127.0.0.1:0").expect("a"), UdpSocket::bind("127.0.0.1:0").expect("c"));
-        let relay = Relay::start(sc.local_addr().expect("c"));
+        let relay = relay::Relay::start(sc.local_addr().expect("c"));
         let b_in = relay.addr;
         let (sink, stop, sink_thread) = sink(Side { sock: sc, links: None }, Instant::now());
         let a = Side { sock: sa, links: None };
@@ -934,9 +860,14 @@ fn main() {
         println!("secure: bench");
         return;
     }
-    if let Ok(to) = std::env::var("ANODE_BENCH_RELAY_TO") {
-        relay_main(&to);
-        return;
+    if let Ok(to) = std::env::var(relay::ENV) {
+        let input = UdpSocket::bind("127.0.0.1:0").expect("relay input");
+        let output = UdpSocket::bind("127.0.0.1:0").expect("relay output");
+        for s in [&input, &output] {
+            let _ = nix::sys::socket::setsockopt(s, nix::sys::socket::sockopt::RcvBuf, &(4 << 20));
+            let _ = nix::sys::socket::setsockopt(s, nix::sys::socket::sockopt::SndBuf, &(4 << 20));
+        }
+        relay::main(&to, input, output);
     }
     let only = std::env::var("ANODE_BENCH_ONLY").unwrap_or_else(|_| "throughput,latency".into());
     let wants = |p: &str| only.split(',').any(|o| o.trim() == p);
