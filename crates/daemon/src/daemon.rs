@@ -478,8 +478,7 @@ impl Daemon {
             tap: None,
         };
         if d.pacer.any() {
-            let mask = d.pacer.mask();
-            d.node.set_paced(mask);
+            d.node.set_paced(d.pacer.mask().to_vec());
         }
         if d.node.rcane_on() {
             let file = d.run_dir.join("ledger.db");

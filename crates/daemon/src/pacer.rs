@@ -22,6 +22,7 @@ use anode_sandbox::PrincipalId;
 use anode_sched::tx::{ClientInfo, Guarantee, LinkSched, TxConfig, TxError};
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use tracing::warn;
 
 /// The guarantee period unless `tx_period_us` says otherwise: the paper's 6 ms.
@@ -53,6 +54,10 @@ pub(crate) struct Pacer {
     /// Buffers of datagrams already sent, reused by the next ones queued,
     /// so that a paced link does not allocate per datagram once warm.
     spare: Vec<Vec<u8>>,
+    /// Which interfaces are paced.
+    mask: Arc<[bool]>,
+    /// Scratch list of a link's principals, reused by [`Pacer::follow_all`].
+    principals: Vec<PrincipalId>,
 }
 
 /// Most spare buffers kept.
@@ -90,7 +95,9 @@ impl Pacer {
                 Some(Link { sched, period_ns, applied: HashMap::new(), refused: 0 })
             })
             .collect();
-        Pacer { links, spare: Vec::new() }
+        let links: Vec<Option<Link>> = links;
+        let mask = links.iter().map(Option::is_some).collect();
+        Pacer { links, mask, spare: Vec::new(), principals: Vec::new() }
     }
 
     /// Takes back the buffer of a datagram that was sent, for the next one
@@ -106,9 +113,10 @@ impl Pacer {
         self.links.iter().any(Option::is_some)
     }
 
-    /// Which interfaces are paced.
-    pub(crate) fn mask(&self) -> Vec<bool> {
-        self.links.iter().map(Option::is_some).collect()
+    /// Which interfaces are paced (shared, so taking it costs no
+    /// allocation per batch).
+    pub(crate) fn mask(&self) -> Arc<[bool]> {
+        Arc::clone(&self.mask)
     }
 
     /// Whether interface `iface` is paced.
@@ -146,12 +154,15 @@ impl Pacer {
     /// (a closed session's guarantee is released here even if it never
     /// sends again).
     pub(crate) fn follow_all(&mut self, node: &Node, now_ns: u64) {
+        let mut ps = std::mem::take(&mut self.principals);
         for link in self.links.iter_mut().flatten() {
-            let ps: Vec<PrincipalId> = link.applied.keys().copied().collect();
-            for p in ps {
+            ps.clear();
+            ps.extend(link.applied.keys().copied());
+            for &p in &ps {
                 link.follow(p, node.tx_reserved_of(p), now_ns);
             }
         }
+        self.principals = ps;
     }
 
     /// Takes the datagrams of `iface` that may go at `now_ns` into `out`

@@ -182,9 +182,9 @@ impl Daemon {
                     }
                 }
             }
-            mask
+            Some(mask)
         } else {
-            Vec::new()
+            None
         };
         let mut tx = Tx {
             udp: &self.udp,
@@ -193,11 +193,11 @@ impl Daemon {
             droplog: &mut self.droplog,
             frag: &mut self.frag,
             off: &mut self.offload,
-            skip: &skip,
+            skip: skip.as_deref().unwrap_or(&[]),
         };
         send_transmits(&mut tx, outs, bufs);
         self.tally.apply(&mut self.node);
-        if !skip.is_empty() {
+        if skip.is_some() {
             self.pace();
         }
     }
@@ -218,9 +218,12 @@ impl Daemon {
                 if got.is_empty() {
                     break;
                 }
-                let iovs: Vec<[IoSlice<'_>; 1]> = got.iter().map(|(_, q)| [IoSlice::new(&q.bytes)]).collect();
-                let addrs: Vec<Option<SockaddrStorage>> =
-                    got.iter().map(|(_, q)| Some(SockaddrStorage::from(q.to))).collect();
+                // On the stack: a released chunk is at most BATCH long.
+                let n = got.len().min(BATCH);
+                let iovs: [[IoSlice<'_>; 1]; BATCH] =
+                    std::array::from_fn(|i| [IoSlice::new(got.get(i).map_or(&[][..], |(_, q)| &q.bytes))]);
+                let addrs: [Option<SockaddrStorage>; BATCH] =
+                    std::array::from_fn(|i| got.get(i).map(|(_, q)| SockaddrStorage::from(q.to)));
                 let mut tx = Tx {
                     udp: &self.udp,
                     hdrs: &mut self.tx_hdrs,
@@ -230,8 +233,7 @@ impl Daemon {
                     off: &mut self.offload,
                     skip: &[],
                 };
-                send_chunk(&mut tx, sock, iface, &iovs, &addrs);
-                drop(iovs);
+                send_chunk(&mut tx, sock, iface, &iovs[..n], &addrs[..n]);
                 for (owner, q) in got.drain(..) {
                     self.node.charge_sent(owner, 1, q.bytes.len() as u64);
                     self.pacer.recycle(q);
