@@ -479,6 +479,7 @@ impl Daemon {
         };
         if d.pacer.any() {
             d.node.set_paced(d.pacer.mask().to_vec());
+            d.node.set_seal_at_send(d.pacer.mask().to_vec());
         }
         if d.node.rcane_on() {
             let file = d.run_dir.join("ledger.db");

@@ -33,6 +33,8 @@ pub(crate) const DEFAULT_PERIOD_NS: u64 = 6_000_000;
 pub(crate) struct Queued {
     pub(crate) to: SocketAddr,
     pub(crate) bytes: Vec<u8>,
+    /// Still to be sealed for `to` when released ([`Pacer::seal_released`]).
+    pub(crate) seal: bool,
 }
 
 /// One paced link.
@@ -103,8 +105,13 @@ impl Pacer {
     /// Takes back the buffer of a datagram that was sent, for the next one
     /// queued.
     pub(crate) fn recycle(&mut self, q: Queued) {
-        if self.spare.len() < MAX_SPARE && q.bytes.capacity() <= MAX_SPARE_LEN {
-            self.spare.push(q.bytes);
+        self.give_back(q.bytes);
+    }
+
+    /// Keeps `buf` for a later datagram (within the spare limits).
+    fn give_back(&mut self, buf: Vec<u8>) {
+        if self.spare.len() < MAX_SPARE && buf.capacity() <= MAX_SPARE_LEN {
+            self.spare.push(buf);
         }
     }
 
@@ -126,6 +133,9 @@ impl Pacer {
 
     /// Queues a datagram of `owner` for paced interface `iface`; a full
     /// queue drops it (counted in the node's drops and the link's status).
+    /// `seal`: the datagram is still to be sealed when released, which
+    /// adds that many bytes (its link time counts them).
+    #[allow(clippy::too_many_arguments)] // one call site per kind of datagram, all in udp.rs
     pub(crate) fn enqueue(
         &mut self,
         node: &mut Node,
@@ -133,20 +143,47 @@ impl Pacer {
         owner: Owner,
         to: SocketAddr,
         bytes: &[u8],
+        seal: Option<usize>,
         now_ns: u64,
     ) {
         let Some(Some(link)) = self.links.get_mut(iface) else { return };
         if let Owner::Principal(p) = owner {
             link.follow(p, node.tx_reserved_of(p), now_ns);
         }
-        let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+        // The link time of the datagram as it will go: sealed.
+        let len = u32::try_from(bytes.len() + seal.unwrap_or(0)).unwrap_or(u32::MAX);
         let mut buf = self.spare.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(bytes);
-        match link.sched.enqueue(owner, len, Queued { to, bytes: buf }, now_ns) {
+        match link.sched.enqueue(owner, len, Queued { to, bytes: buf, seal: seal.is_some() }, now_ns) {
             Ok(()) => {}
             Err(TxError::TooManyClients) => node.counters.drop(Drop::TxNoClient),
             Err(_) => node.counters.drop(Drop::TxQueueFull),
+        }
+    }
+
+    /// Seals the released datagrams that left the core unsealed, in the
+    /// order the link sends them (so the receiver's replay window sees
+    /// sequence numbers in order whatever the link's clients waited). A
+    /// datagram whose neighbour has no SA now is dropped (`no_sa`).
+    pub(crate) fn seal_released(&mut self, node: &mut Node, got: &mut Vec<(Owner, Queued)>) {
+        let mut i = 0;
+        while let Some((_, q)) = got.get_mut(i) {
+            if !q.seal {
+                i += 1;
+                continue;
+            }
+            let mut sealed = self.spare.pop().unwrap_or_default();
+            if node.seal_for(&q.to, &q.bytes, &mut sealed) {
+                let plain = std::mem::replace(&mut q.bytes, sealed);
+                q.seal = false;
+                self.give_back(plain);
+                i += 1;
+            } else {
+                let (_, q) = got.remove(i);
+                self.recycle(q);
+                self.give_back(sealed);
+            }
         }
     }
 

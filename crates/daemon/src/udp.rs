@@ -165,12 +165,24 @@ impl Daemon {
             let now_ns = self.now_ns();
             let mask = self.pacer.mask();
             let mut pieces = Vec::new();
+            let mut sealed = Vec::new();
             for (out, buf) in outs.iter().zip(bufs) {
                 for t in out.transmits.iter().filter(|t| mask.get(t.iface).copied().unwrap_or(false)) {
-                    let bytes = out.bytes(&t.data, buf);
-                    if !self.frag.too_long(bytes.len()) {
-                        self.pacer.enqueue(&mut self.node, t.iface, t.owner, t.to, bytes, now_ns);
+                    let mut bytes = out.bytes(&t.data, buf);
+                    // Sealed when the link sends it (its SA sequence number
+                    // then follows the link's order), unless it must go as
+                    // fragments: those are sealed now.
+                    let overhead = if t.unsealed { self.node.seal_overhead(&t.to) } else { 0 };
+                    if !self.frag.too_long(bytes.len() + overhead) {
+                        let seal = t.unsealed.then_some(overhead);
+                        self.pacer.enqueue(&mut self.node, t.iface, t.owner, t.to, bytes, seal, now_ns);
                         continue;
+                    }
+                    if t.unsealed {
+                        if !self.node.seal_for(&t.to, bytes, &mut sealed) {
+                            continue;
+                        }
+                        bytes = &sealed;
                     }
                     pieces.clear();
                     if self.frag.split(bytes, &mut pieces) == 0 {
@@ -178,7 +190,7 @@ impl Daemon {
                         continue;
                     }
                     for p in &pieces {
-                        self.pacer.enqueue(&mut self.node, t.iface, t.owner, t.to, p, now_ns);
+                        self.pacer.enqueue(&mut self.node, t.iface, t.owner, t.to, p, None, now_ns);
                     }
                 }
             }
@@ -217,6 +229,11 @@ impl Daemon {
                 self.pacer.release(iface, now_ns, &mut got);
                 if got.is_empty() {
                     break;
+                }
+                self.pacer.seal_released(&mut self.node, &mut got);
+                if got.is_empty() {
+                    // All dropped (no SA): the link may release more.
+                    continue;
                 }
                 // On the stack: a released chunk is at most BATCH long.
                 let n = got.len().min(BATCH);
@@ -411,7 +428,9 @@ pub(crate) fn send_transmits(tx: &mut Tx<'_>, outs: &[Outbox], bufs: &[Vec<u8>])
         let mut k = 0;
         let mut oversize = false;
         for (out, buf) in outs.iter().zip(bufs) {
-            for t in out.transmits.iter().filter(|t| t.iface == iface) {
+            // An unsealed transmission only ever goes through a paced link
+            // (`Pacer::seal_released`); never in the clear.
+            for t in out.transmits.iter().filter(|t| t.iface == iface && !t.unsealed) {
                 let bytes = out.bytes(&t.data, buf);
                 if tx.frag.too_long(bytes.len()) {
                     oversize = true;
@@ -436,7 +455,9 @@ pub(crate) fn send_transmits(tx: &mut Tx<'_>, outs: &[Outbox], bufs: &[Vec<u8>])
             continue;
         }
         for (out, buf) in outs.iter().zip(bufs) {
-            for t in out.transmits.iter().filter(|t| t.iface == iface) {
+            // An unsealed transmission only ever goes through a paced link
+            // (`Pacer::seal_released`); never in the clear.
+            for t in out.transmits.iter().filter(|t| t.iface == iface && !t.unsealed) {
                 let bytes = out.bytes(&t.data, buf);
                 if !tx.frag.too_long(bytes.len()) {
                     continue;

@@ -456,3 +456,60 @@ fn capture_holds_plaintext_both_ways_and_a_full_queue_drops_copies_not_packets()
     assert_eq!((k.stopped_client, k.stopped_stalled), (1, 1));
     assert_eq!(l.nodes[1].capture_json()["running"], false);
 }
+
+/// A link scheduler holds datagrams back and reorders them across its
+/// clients (the daemon's paced links). Sealed when produced, a datagram
+/// that waits behind more than the receiver's replay window of later ones
+/// is refused there; with the link's interface marked to seal at send
+/// (`set_seal_at_send`, then `seal_for` in the order the link sends), the
+/// same order is accepted.
+#[test]
+fn sealing_at_send_keeps_a_held_back_datagram_inside_the_replay_window() {
+    const LATER: usize = 4_100; // more than the SA's 4,032-datagram window
+    for at_send in [false, true] {
+        let mut l = Line::new(2, "encrypt");
+        l.poll();
+        if at_send {
+            l.nodes[0].set_seal_at_send(vec![true]);
+        }
+        let mut r = anode_snap::asm::assemble(PING).unwrap();
+        (r.src, r.dst, r.resource_bound, r.port) = (addr(0), addr(1), 16, 7);
+        let ping = r.to_bytes().unwrap();
+        let mut made = Vec::new();
+        for _ in 0..=LATER {
+            let mut out = Outbox::default();
+            l.nodes[0].inject_snap(&ping, l.now, &mut out);
+            for t in &out.transmits {
+                assert_eq!(t.unsealed, at_send);
+                let b = out.bytes(&t.data, &[]).to_vec();
+                // Unsealed, it is the plain ANEP datagram (never sent so).
+                let ty = anep::Packet::new_checked(&b[..]).unwrap().type_id();
+                assert_eq!(ty == anep::TYPE_ESP, !at_send);
+                made.push((t.to, b));
+            }
+        }
+        assert_eq!(made.len(), LATER + 1);
+        // The first one waited: the link sends it last.
+        made.rotate_left(1);
+        let before = l.delivered[0].len();
+        for (to, b) in made {
+            let wire = if at_send {
+                let mut sealed = Vec::new();
+                assert!(l.nodes[0].seal_for(&to, &b, &mut sealed));
+                sealed
+            } else {
+                b
+            };
+            let (k, iface) = l.ends[&to];
+            l.queue.push_back((k, iface, l.cfgs[0].interfaces[0].listen, wire));
+            l.run();
+        }
+        let answered = l.delivered[0].len() - before;
+        let refused = l.drops(1, Drop::AuthBeyondWindow);
+        if at_send {
+            assert_eq!((answered, refused), (LATER + 1, 0));
+        } else {
+            assert_eq!((answered, refused), (LATER, 1));
+        }
+    }
+}

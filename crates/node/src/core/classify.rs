@@ -213,6 +213,7 @@ impl Node {
                             to,
                             data: Data::Input(f.base..f.end),
                             owner: Owner::BestEffort,
+                            unsealed: false,
                         });
                     }
                     None => self.counters.drop(Drop::UnknownType),

@@ -142,5 +142,5 @@ impl Node {
 /// of the control plane, done for System (sealed for that SA by the caller).
 pub(super) fn send_control(out: &mut Outbox, iface: usize, to: SocketAddr, parts: &[&[u8]]) {
     let data = out.push_frame(anep::TYPE_CONTROL, parts);
-    out.transmits.push(Transmit { iface, to, data, owner: Owner::System });
+    out.transmits.push(Transmit { iface, to, data, owner: Owner::System, unsealed: false });
 }

@@ -70,7 +70,7 @@ impl Node {
         // A 12-byte buffer always holds the header.
         let _ = plain::Repr { dst, src: here, ttl, port }.emit(&mut hdr);
         let data = out.push_frame(anep::TYPE_PLAIN, &[&hdr, payload]);
-        out.transmits.push(Transmit { iface, to, data, owner });
+        out.transmits.push(Transmit { iface, to, data, owner, unsealed: false });
     }
 
     /// A payload for `port` at this node, from `src`, that is not in the
@@ -183,7 +183,7 @@ impl Node {
                         }
                         _ => out.push_frame(anep::TYPE_SNAP, &[bytes]),
                     };
-                    out.transmits.push(Transmit { iface, to, data, owner: Owner::BestEffort });
+                    out.transmits.push(Transmit { iface, to, data, owner: Owner::BestEffort, unsealed: false });
                 }
                 Action::Deliver { port, payload } => {
                     let bytes = res.bytes(payload, &buf[ps..]);
@@ -248,7 +248,13 @@ impl Node {
         };
         plain::Packet::new_unchecked(&mut buf[f.payload..f.end]).set_ttl(ttl - 1);
         self.counters.plain_forwarded += 1;
-        out.transmits.push(Transmit { iface, to, data: Data::Input(f.base..f.end), owner: Owner::BestEffort });
+        out.transmits.push(Transmit {
+            iface,
+            to,
+            data: Data::Input(f.base..f.end),
+            owner: Owner::BestEffort,
+            unsealed: false,
+        });
     }
 }
 

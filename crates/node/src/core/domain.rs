@@ -218,7 +218,7 @@ impl Node {
         match self.env.route(Ipv4Addr::from(dest)) {
             Some((iface, to)) => {
                 let data = out.push_frame(anep::TYPE_DOMAIN, &[envelope]);
-                out.transmits.push(Transmit { iface, to, data, owner: Owner::BestEffort });
+                out.transmits.push(Transmit { iface, to, data, owner: Owner::BestEffort, unsealed: false });
             }
             None => self.counters.drop(Drop::NoRoute),
         }

@@ -103,6 +103,10 @@ pub struct Transmit {
     pub data: Data,
     /// Whom it is sent for.
     pub owner: Owner,
+    /// Left unsealed for the daemon to seal when it sends it
+    /// ([`Node::seal_for`]; only on the interfaces of
+    /// [`Node::set_seal_at_send`], with security on).
+    pub unsealed: bool,
 }
 
 /// A payload for a local application.
@@ -287,6 +291,10 @@ pub struct Node {
     loopback: Vec<Vec<u8>>,
     scratch: Vec<u8>,
     sec: Option<Box<Guard>>,
+    /// Interfaces whose transmissions the daemon seals when it sends them
+    /// ([`Node::seal_for`]), not when they are produced: the paced links,
+    /// whose scheduler reorders datagrams across clients.
+    seal_at_send: Vec<bool>,
     now_ms: u64,
     modules: Option<Box<Switch>>,
     /// Neighbour endpoint → neighbour address (who sent a datagram).
@@ -373,6 +381,7 @@ impl Node {
             loopback: Vec::new(),
             scratch: Vec::new(),
             sec,
+            seal_at_send: Vec::new(),
             now_ms,
             modules: None,
             ep_addr,

@@ -304,7 +304,7 @@ impl Node {
                     Some((iface, ep)) => {
                         let data = out.push_frame(anep::TYPE_CAPSULE, &[&bytes]);
                         let owner = principal.map_or(Owner::System, Owner::Principal);
-                        out.transmits.push(Transmit { iface, to: ep, data, owner });
+                        out.transmits.push(Transmit { iface, to: ep, data, owner, unsealed: false });
                     }
                     None => self.counters.drop(Drop::NoRoute),
                 },

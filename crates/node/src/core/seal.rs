@@ -54,14 +54,14 @@ impl Node {
                 anode_sec::Output::Handshake { to, msg, .. } => {
                     let Some(iface) = g.iface_of(&to).or(rx_iface) else { continue };
                     let data = out.push_frame(anep::TYPE_HANDSHAKE, &[&msg]);
-                    out.transmits.push(Transmit { iface, to, data, owner: Owner::System });
+                    out.transmits.push(Transmit { iface, to, data, owner: Owner::System, unsealed: false });
                 }
                 anode_sec::Output::Keepalive { peer } => {
                     let Some(to) = g.links.endpoint_of(peer) else { continue };
                     let Some(iface) = g.iface_of(&to).or(rx_iface) else { continue };
                     if let Some(data) = seal_into(g, peer, &mut out.arena, Inner::Empty, now_ms) {
                         self.counters.keepalives_tx += 1;
-                        out.transmits.push(Transmit { iface, to, data, owner: Owner::System });
+                        out.transmits.push(Transmit { iface, to, data, owner: Owner::System, unsealed: false });
                     }
                 }
                 anode_sec::Output::Established { peer, rekey } => {
@@ -69,6 +69,50 @@ impl Node {
                     self.counters.sa_established += 1;
                     out.events.push(g.describe(peer, rekey));
                 }
+            }
+        }
+    }
+
+    /// Makes the transmissions on the interfaces marked in `mask` leave the
+    /// core unsealed, for the daemon to seal with [`Node::seal_for`] when
+    /// it sends them. A link scheduler that reorders datagrams across its
+    /// clients must sit before the SA's sequence numbers: sealed when
+    /// queued, a datagram that waits behind more than the receiver's
+    /// replay window of later ones is refused there as a replay (a
+    /// best-effort client on a link booked to 98 % waited over a second).
+    pub fn set_seal_at_send(&mut self, mask: Vec<bool>) {
+        self.seal_at_send = mask;
+    }
+
+    /// Bytes sealing adds to a datagram for the neighbour at `to` (0 when
+    /// security is off).
+    pub fn seal_overhead(&self, to: &core::net::SocketAddr) -> usize {
+        match &self.sec {
+            Some(g) if g.peer_at(to).is_some() => anep::HEADER_LEN + anode_sec::sa::OVERHEAD,
+            _ => 0,
+        }
+    }
+
+    /// Seals `inner` (a whole ANEP datagram that left the core unsealed,
+    /// see [`Node::set_seal_at_send`]) for the neighbour at `to` into
+    /// `sealed` (cleared first). With security off `sealed` is a copy.
+    /// False, counted as `no_sa`, when the neighbour has no SA now.
+    pub fn seal_for(&mut self, to: &core::net::SocketAddr, inner: &[u8], sealed: &mut Vec<u8>) -> bool {
+        sealed.clear();
+        let now_ms = self.now_ms;
+        let Some(g) = self.sec.as_mut() else {
+            sealed.extend_from_slice(inner);
+            return true;
+        };
+        match g.peer_at(to).and_then(|peer| seal_into(g, peer, sealed, Inner::Bytes(inner), now_ms)) {
+            Some(Data::Arena(r) | Data::Input(r)) => {
+                sealed.truncate(r.end);
+                true
+            }
+            None => {
+                sealed.clear();
+                self.counters.drop(Drop::NoSa);
+                false
             }
         }
     }
@@ -81,6 +125,12 @@ impl Node {
         let mut keep = mark;
         for i in mark..out.transmits.len() {
             let t = out.transmits[i].clone();
+            if self.seal_at_send.get(t.iface).copied().unwrap_or(false) && g.peer_at(&t.to).is_some() {
+                // Sealed by the daemon when its link sends it.
+                out.transmits[keep] = Transmit { unsealed: true, ..t };
+                keep += 1;
+                continue;
+            }
             let sealed = g.peer_at(&t.to).and_then(|peer| match &t.data {
                 Data::Input(r) => {
                     seal_into(g, peer, &mut out.arena, Inner::Bytes(buf.get(r.clone()).unwrap_or(&[])), now_ms)
