@@ -10,6 +10,7 @@
 //! - `fig16`: RCANE Fig. 16 (isolation of allocation) in the sandbox.
 //! - `fig16-node`: RCANE Fig. 16 on a testbed of real daemons.
 //! - `fig15`: RCANE Fig. 15 (memory with ARM) in the sandbox.
+//! - `fig15-node`: RCANE Fig. 15 on a testbed of real daemons.
 //! - `fig12`, `fig12-module`, `fig12-receive`: RCANE Fig. 12 (transmit
 //!   reservations per link) on real daemons, with `scripts/fig12`.
 //!
@@ -20,6 +21,7 @@ mod fig11;
 mod fig12;
 mod fig13;
 mod fig15;
+mod fig15_node;
 mod fig16;
 mod fig16_node;
 mod periods;
@@ -61,6 +63,12 @@ pub enum ExperimentCmd {
     /// ARM caching module (modules/out/arm.wasm) between a sender and a lossy
     /// link, asking for heap as the loss grows; writes fig15.csv and fig15.png.
     Fig15(fig15::Fig15Args),
+    /// RCANE Fig. 15 (memory with ARM) on a testbed of real daemons: the ARM
+    /// module on a node in a session with a small heap reservation, between
+    /// a sender and a lossy receiver played by the harness; writes
+    /// fig15-node.csv and fig15-node.png.
+    #[command(name = "fig15-node")]
+    Fig15Node(fig15_node::Fig15NodeArgs),
     /// RCANE Fig. 13 (reception) on a testbed of real daemons: received
     /// bandwidth of a 10 % session over its VP period and channel FIFO size,
     /// beside a 40 % CPU hog, without and with slack; writes fig13.csv and
@@ -98,6 +106,7 @@ pub fn run(c: ExperimentCmd) -> Result<std::process::ExitCode> {
         ExperimentCmd::Fig16(a) => fig16::run(a),
         ExperimentCmd::Fig16Node(a) => fig16_node::run(a),
         ExperimentCmd::Fig15(a) => fig15::run(a),
+        ExperimentCmd::Fig15Node(a) => fig15_node::run(a),
         ExperimentCmd::Fig13(a) => fig13::run(a),
         ExperimentCmd::Fig12(a) => fig12::run(a),
         ExperimentCmd::Fig12Module(a) => fig12::module(a),
