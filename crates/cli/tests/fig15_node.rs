@@ -45,7 +45,7 @@ fn the_arm_router_asks_for_heap_on_a_real_node_and_admission_grants_it() {
     assert!(sum("nacks") > 0.0, "{csv}");
     assert!(sum("hits") > 0.0, "{csv}");
     let res: Vec<f64> = rows.iter().map(|r| get(r, "reservation_kib")).collect();
-    assert!(res.iter().all(|&r| r >= 192.0 && r <= 4096.0), "{csv}");
+    assert!(res.iter().all(|r| (192.0..=4096.0).contains(r)), "{csv}");
     assert!(res.windows(2).all(|w| w[1] >= w[0]), "the reservation never shrinks\n{csv}");
     assert!(res.last().unwrap() > &192.0, "the module asked for more and was granted it\n{csv}");
     assert!(rows.iter().all(|r| get(r, "used_kib") <= get(r, "reservation_kib")), "{csv}");
