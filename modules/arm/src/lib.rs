@@ -20,7 +20,9 @@
 //! - `tick` (alarm, every second): if fewer than 90 % of the NACKs of that
 //!   second were hits, asks for the reservation plus [`STEP`]
 //!   (`session::heap_request`).
-//! - `downstream`: input `[IPv4 u32]`, the receiver to forward to.
+//! - `downstream`: input `[IPv4 u32]`, the receiver to forward to. Until
+//!   it is set, the source of the first NACK becomes the receiver (how a
+//!   receiver joins on a node, where no one can call an entry).
 //! - `stats`: input a counter's name (`data`, `nacks`, `hits`, `misses`,
 //!   `recycled`, `evicted`, `bad`, `pages`, `grow_refused`, `requests`,
 //!   `request_refused`, `send_failed`, `cached`, `slots`); returns it
@@ -253,6 +255,12 @@ fn nack(ev: Event) -> i32 {
         return -1;
     };
     let seq = u32::from_be_bytes([a, b, c, d]);
+    // Without a `downstream` call (a node offers no way to call an entry
+    // from outside), the first receiver to NACK joins the flow: a receiver
+    // joins by NACKing a sequence number it does not expect.
+    if DOWNSTREAM.load(Relaxed) == 0 {
+        DOWNSTREAM.store(net::source(), Relaxed);
+    }
     bump(&NACKS);
     bump(&SEC_NACKS);
     let mut pkt = [0u8; MAX_PACKET];

@@ -8,7 +8,9 @@
 //! - `fig13`: RCANE Fig. 13 (reception: received bandwidth over the
 //!   receiver's VP period and FIFO size) on real daemons.
 //! - `fig16`: RCANE Fig. 16 (isolation of allocation) in the sandbox.
+//! - `fig16-node`: RCANE Fig. 16 on a testbed of real daemons.
 //! - `fig15`: RCANE Fig. 15 (memory with ARM) in the sandbox.
+//! - `fig15-node`: RCANE Fig. 15 on a testbed of real daemons.
 //! - `fig12`, `fig12-module`, `fig12-receive`: RCANE Fig. 12 (transmit
 //!   reservations per link) on real daemons, with `scripts/fig12`.
 //!
@@ -19,7 +21,9 @@ mod fig11;
 mod fig12;
 mod fig13;
 mod fig15;
+mod fig15_node;
 mod fig16;
+mod fig16_node;
 mod periods;
 mod plot;
 
@@ -50,10 +54,21 @@ pub enum ExperimentCmd {
     /// time: B (1 ms in 4 ms) beside A allocating heavily, in one session
     /// and in two; writes fig16.csv and fig16.png.
     Fig16(fig16::Fig16Args),
+    /// RCANE Fig. 16 (isolation of allocation) on a testbed of real daemons:
+    /// B (1 ms in 4 ms) serving requests beside A allocating heavily, in one
+    /// session (two VPs) and in two; writes fig16-node.csv, fig16-node.png.
+    #[command(name = "fig16-node")]
+    Fig16Node(fig16_node::Fig16NodeArgs),
     /// RCANE Fig. 15 (memory with ARM) in the sandbox, on virtual time: the
     /// ARM caching module (modules/out/arm.wasm) between a sender and a lossy
     /// link, asking for heap as the loss grows; writes fig15.csv and fig15.png.
     Fig15(fig15::Fig15Args),
+    /// RCANE Fig. 15 (memory with ARM) on a testbed of real daemons: the ARM
+    /// module on a node in a session with a small heap reservation, between
+    /// a sender and a lossy receiver played by the harness; writes
+    /// fig15-node.csv and fig15-node.png.
+    #[command(name = "fig15-node")]
+    Fig15Node(fig15_node::Fig15NodeArgs),
     /// RCANE Fig. 13 (reception) on a testbed of real daemons: received
     /// bandwidth of a 10 % session over its VP period and channel FIFO size,
     /// beside a 40 % CPU hog, without and with slack; writes fig13.csv and
@@ -89,7 +104,9 @@ pub fn run(c: ExperimentCmd) -> Result<std::process::ExitCode> {
     match c {
         ExperimentCmd::Fig11(a) => fig11::run(a),
         ExperimentCmd::Fig16(a) => fig16::run(a),
+        ExperimentCmd::Fig16Node(a) => fig16_node::run(a),
         ExperimentCmd::Fig15(a) => fig15::run(a),
+        ExperimentCmd::Fig15Node(a) => fig15_node::run(a),
         ExperimentCmd::Fig13(a) => fig13::run(a),
         ExperimentCmd::Fig12(a) => fig12::run(a),
         ExperimentCmd::Fig12Module(a) => fig12::module(a),
