@@ -121,7 +121,7 @@ fn load_pod(sb: &mut Sandbox, name: &str, as_name: &str, clients: Option<Vec<Pri
     let c = cred.to_bytes();
     let spec = PodSpec {
         code: &code,
-        credential: Some(&c),
+        credential: Some(c),
         requester: None,
         name: as_name,
         limits: RequestedLimits::default(),
