@@ -410,14 +410,16 @@ fn bad_input_never_traps_a_transcoder_module_or_pod() {
         inputs.push(bad);
     }
     for i in &inputs {
-        for (m, entry) in [(rx, "frame"), (all, "frame"), (all, "client"), (path, "setup"), (path, "frame")] {
+        for (m, entry) in
+            [(rx, "frame"), (all, "frame"), (all, "client"), (path, "setup"), (path, "frame"), (path, "poll")]
+        {
             let r = sb.invoke(now(1), m, entry, i, &mut Vec::new());
             assert!(r.is_ok(), "{entry} trapped on {} bytes: {r:?}", i.len());
         }
     }
     // The pods, straight from a client, with any argument.
     let c = load_raw(&mut sb, user());
-    for offer in ["gold.put", "gold.get", "silver.get", "aes.seal"] {
+    for offer in ["gold.put", "gold.get", "gold.latest", "silver.get", "aes.seal"] {
         let b = raw_bind(&mut sb, c, offer);
         assert!(b > 0, "{offer}: {b}");
         for i in &inputs {
@@ -530,4 +532,43 @@ fn fuel_per_frame_grows_with_each_silver_stream_in_both_variants() {
     for &(_, p, a) in &rows {
         assert!(p.abs_diff(a) * 100 < a * 3, "{rows:?}");
     }
+}
+
+/// `poll` serves what the cache holds and the path has not sent: the
+/// latest frame first, then every new one, and after an overrun of the
+/// cache's 16 entries only the 16 it still holds.
+#[test]
+fn a_polled_path_serves_each_new_frame_once() {
+    let mut sb = codec_sandbox();
+    for tier in ["gold", "silver", "bronze"] {
+        load_pod(&mut sb, "tc-cache", tier, None);
+    }
+    load_pod(&mut sb, "tc-aes", "aes", Some(vec![user()]));
+    let rx = load(&mut sb, "tc-rx", "rx");
+    let gold = load(&mut sb, "tc-path", "gold");
+    assert_eq!(run(&mut sb, gold, "setup", &setup_bytes(GOLD, 5000, Some(KEYS[0]))).0, 1);
+    assert_eq!(run(&mut sb, gold, "poll", b"").0, 0, "nothing in the cache yet");
+    let frames = source(22);
+    let mut seqs = Vec::new();
+    let mut poll = |sb: &mut Sandbox| {
+        let (r, sent) = run(sb, gold, "poll", b"");
+        seqs.extend(sent.iter().map(|(_, p)| split(p).0));
+        assert_eq!(r as usize, sent.len());
+        r
+    };
+    for seq in 0..3u32 {
+        assert_eq!(run(&mut sb, rx, "frame", &packet(seq, &frames[seq as usize])).0, 0);
+    }
+    assert_eq!(poll(&mut sb), 1, "the first poll serves the latest frame");
+    assert_eq!(poll(&mut sb), 0);
+    for seq in 3..5u32 {
+        assert_eq!(run(&mut sb, rx, "frame", &packet(seq, &frames[seq as usize])).0, 0);
+    }
+    assert_eq!(poll(&mut sb), 2);
+    for seq in 5..22u32 {
+        assert_eq!(run(&mut sb, rx, "frame", &packet(seq, &frames[seq as usize])).0, 0);
+    }
+    assert_eq!(poll(&mut sb), 16, "frame 5 was overwritten");
+    assert_eq!(seqs, [2, 3, 4].into_iter().chain(6..22).collect::<Vec<u32>>());
+    assert_eq!(run(&mut sb, gold, "poll", b"x").0, -1);
 }

@@ -7,7 +7,9 @@
 //!   entry in slot `seq % SLOTS`. At most one client holds a `put`
 //!   binding at a time (the receive path): a second is refused at bind.
 //! - `get`: `[seq u32 LE]` → the entry stored under `seq`, or nothing if
-//!   it was never stored or was overwritten.
+//!   it was never stored or was overwritten;
+//! - `latest`: nothing → the highest `seq` stored so far (`u32 LE`), or
+//!   nothing before the first `put`.
 //!
 //! Anything else (a short or long argument) returns -1; the pod never
 //! traps on its input. It holds no keys and imports nothing.
@@ -31,10 +33,15 @@ struct Cache {
     buf: [u8; BUF],
     slots: [Slot; SLOTS],
     writer: bool,
+    latest: Option<u32>,
 }
 
-static mut CACHE: Cache =
-    Cache { buf: [0; BUF], slots: [const { Slot { seq: 0, len: 0, data: [0; ENTRY] } }; SLOTS], writer: false };
+static mut CACHE: Cache = Cache {
+    buf: [0; BUF],
+    slots: [const { Slot { seq: 0, len: 0, data: [0; ENTRY] } }; SLOTS],
+    writer: false,
+    latest: None,
+};
 
 fn cache() -> &'static mut Cache {
     // The pod is single-threaded and never re-entered (docs/pods.md).
@@ -91,7 +98,21 @@ pub extern "C" fn put(state: i32, len: i32) -> i32 {
     slot.seq = seq;
     slot.len = entry.len();
     slot.data[..entry.len()].copy_from_slice(entry);
+    c.latest = Some(c.latest.map_or(seq, |l| l.max(seq)));
     0
+}
+
+#[unsafe(export_name = "offer.latest")]
+pub extern "C" fn latest(_state: i32, len: i32) -> i32 {
+    let c = cache();
+    match (len, c.latest) {
+        (0, Some(l)) => {
+            c.buf[..4].copy_from_slice(&l.to_le_bytes());
+            4
+        }
+        (0, None) => 0,
+        _ => -1,
+    }
 }
 
 #[unsafe(export_name = "offer.get")]

@@ -16,6 +16,12 @@
 //!   44.1 kHz stereo 128 kbit/s, sealed, sent;
 //! - bronze: the bronze frame from the cache, sent to every client.
 //!
+//! Entry `poll` (no input) serves every frame the cache holds that this
+//! path has not served yet (from the cache's `latest` offer; at most the
+//! cache's 16; the first poll serves only the latest), so a path can be
+//! woken by an alarm or any packet rather than per frame. Result: frames
+//! served, or the error of the `latest` call.
+//!
 //! Each client gets `[seq u32 BE][tier][body]` on its UDP port. Results:
 //! clients served (>= 0); -1 bad input; -2 not set up; -4 the frame is not
 //! in the cache; -5 a pod call failed (after `E_GONE` the cache is bound
@@ -31,7 +37,10 @@ use tc_common::{
     Binding, E_GONE, FRAME_SAMPLES, PCM_BYTES, Setup, Tier, client_packet, i16_to_pcm, seed_of, watermark,
 };
 
-entries! { "setup" => setup, "frame" => frame }
+entries! { "setup" => setup, "frame" => frame, "poll" => poll }
+
+/// Entries a cache pod keeps (`tc-cache`'s `SLOTS`).
+const CACHE_SLOTS: u32 = 16;
 
 const MAX_CLIENTS: usize = 64;
 
@@ -39,6 +48,8 @@ struct Path {
     tier: Tier,
     clients: Vec<(u32, u16)>,
     get: Option<Binding>,
+    latest: Option<Binding>,
+    next: Option<u32>,
     seal: Option<Binding>,
     enc: Mp3Encode,
     hdr: Option<FrameHeader>,
@@ -87,6 +98,8 @@ fn setup(ev: Event) -> i32 {
                     tier,
                     clients: vec![(s.addr, s.port)],
                     get: None,
+                    latest: None,
+                    next: None,
                     seal,
                     enc: Mp3Encode::new(),
                     hdr: rusty_mp3::encoder_header(44_100, 2, 128).ok(),
@@ -113,7 +126,50 @@ fn frame(ev: Event) -> i32 {
     })
 }
 
+fn poll(ev: Event) -> i32 {
+    if ev.len != 0 {
+        return -1;
+    }
+    PATH.with(|p| match p.borrow_mut().as_mut() {
+        Some(path) => path.poll(),
+        None => -2,
+    })
+}
+
 impl Path {
+    fn poll(&mut self) -> i32 {
+        if self.latest.is_none() {
+            self.latest = Binding::open(&format!("{}.latest", self.tier.cache()), 64).ok();
+        }
+        let Some(b) = self.latest.as_mut() else { return -5 };
+        let latest = match b.call(&[]) {
+            Ok([]) => return 0,
+            Ok(l) => match <[u8; 4]>::try_from(l) {
+                Ok(l) => u32::from_le_bytes(l),
+                Err(_) => return -5,
+            },
+            Err(e) => {
+                if e == E_GONE {
+                    self.latest = None;
+                }
+                return -5;
+            }
+        };
+        let from = match self.next {
+            None => latest,
+            Some(n) if n > latest => return 0,
+            Some(n) => n.max(latest.saturating_sub(CACHE_SLOTS - 1)),
+        };
+        let mut served = 0;
+        for seq in from..=latest {
+            if self.run(seq) >= 0 {
+                served += 1;
+            }
+        }
+        self.next = latest.checked_add(1);
+        served
+    }
+
     fn run(&mut self, seq: u32) -> i32 {
         if self.get.is_none() {
             self.get = Binding::open(&format!("{}.get", self.tier.cache()), 4 + PCM_BYTES).ok();
