@@ -42,6 +42,8 @@ struct Pod {
 
 static mut POD: Pod = Pod { buf: [0; BUF], slots: [Slot { used: false, keyed: false, key: [0; 16] }; SLOTS] };
 
+// `&mut STATIC` is refused in edition 2024; a raw pointer is the way.
+#[allow(clippy::deref_addrof)]
 fn pod() -> &'static mut Pod {
     // The pod is single-threaded and never re-entered (docs/pods.md).
     unsafe { &mut *(&raw mut POD) }

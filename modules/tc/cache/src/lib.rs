@@ -43,6 +43,8 @@ static mut CACHE: Cache = Cache {
     latest: None,
 };
 
+// `&mut STATIC` is refused in edition 2024; a raw pointer is the way.
+#[allow(clippy::deref_addrof)]
 fn cache() -> &'static mut Cache {
     // The pod is single-threaded and never re-entered (docs/pods.md).
     unsafe { &mut *(&raw mut CACHE) }
