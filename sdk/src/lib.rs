@@ -363,8 +363,11 @@ pub mod marshal {
     }
 }
 
-/// Aborts with a wasm trap (the node counts it against the module).
-#[cfg(target_arch = "wasm32")]
+/// Aborts with a wasm trap (the node counts it against the module). A
+/// module that links `std` (feature `std`) gets std's handler instead,
+/// which also ends in a trap on `wasm32-unknown-unknown` with
+/// `panic = "abort"`.
+#[cfg(all(target_arch = "wasm32", not(feature = "std")))]
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
     core::arch::wasm32::unreachable()

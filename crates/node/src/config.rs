@@ -678,6 +678,12 @@ pub struct ModulesConfig {
     /// credentials may open any either way.
     #[serde(default)]
     pub require_channel_grants: bool,
+    /// The most fuel a module credential may grant one invocation (the
+    /// node's limit: a credential asking more is refused at load). The
+    /// default, 10,000,000, is less than one frame of an MP3 encode (the
+    /// transcoder's silver path, docs/transcoder.md, takes about 11 M).
+    #[serde(default = "max_cpu")]
+    pub max_cpu: u64,
     /// Sessions the administrator opens at start (before the loads), for
     /// principals that need a reservation without contacting the node.
     #[serde(default, rename = "session", skip_serializing_if = "Vec::is_empty")]
@@ -719,6 +725,10 @@ fn session_grace_secs() -> u64 {
     60
 }
 
+fn max_cpu() -> u64 {
+    anode_cred::VerifierConfig::default().node_limits.cpu
+}
+
 fn tx_bytes_per_sec() -> u64 {
     crate::core::DEFAULT_TX_BYTES_PER_SEC
 }
@@ -748,6 +758,7 @@ impl ModulesConfig {
             system_vp: system_vp(),
             best_effort_vp: best_effort_vp(),
             require_channel_grants: false,
+            max_cpu: max_cpu(),
             sessions: Vec::new(),
         }
     }
@@ -1542,6 +1553,10 @@ mod tests {
         assert!(!m("").require_channel_grants);
         assert!(m("require_channel_grants = true").require_channel_grants);
         assert!(NodeConfig::from_toml(&rc("require_channel_grants = \"yes\"")).is_err());
+        // The per-invocation fuel maximum: the verifier's default unless set.
+        assert_eq!(m("").max_cpu, 10_000_000);
+        assert_eq!(m("max_cpu = 500000000").max_cpu, 500_000_000);
+        assert!(NodeConfig::from_toml(&rc("max_cpu = -1")).is_err());
     }
 
     #[test]

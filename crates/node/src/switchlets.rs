@@ -40,6 +40,7 @@ pub fn sandbox(
     let routes = Arc::new(StaticRoutes { this: here, table });
     let mut sc = SandboxConfig::default();
     sc.verifier.require_channel_grants = cfg.require_channel_grants;
+    sc.verifier.node_limits.cpu = cfg.max_cpu;
     Ok(Sandbox::new(root, sc, routes)?)
 }
 
