@@ -29,11 +29,11 @@
 use std::collections::{BTreeMap, HashSet};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::bed::Testbed;
 use anode_daemon::client::Client;
 use anyhow::{Context, Result, anyhow, bail};
 use plotters::prelude::*;
@@ -114,121 +114,36 @@ impl Rng {
     }
 }
 
-struct Bed {
-    anode: PathBuf,
-    dir: PathBuf,
-}
+/// The line s - r - d of this experiment, users' commands to r.
+type Bed = Testbed;
 
-impl Bed {
-    fn cmd(&self, args: &[&str]) -> Result<String> {
-        let o = Command::new(&self.anode).args(args).output().with_context(|| format!("running anode {args:?}"))?;
-        if !o.status.success() {
-            let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-            bail!("anode {args:?} failed: {text}");
-        }
-        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
-    }
-
-    fn p(&self, rel: &str) -> String {
-        self.dir.join(rel).to_string_lossy().into_owned()
-    }
-
-    fn json(&self, args: &[&str]) -> Result<serde_json::Value> {
-        let mut a = args.to_vec();
-        let rd = self.p("tb/r");
-        a.extend_from_slice(&["--json", "--run-dir", &rd]);
-        serde_json::from_str(&self.cmd(&a)?).with_context(|| format!("JSON of anode {args:?}"))
-    }
-
-    /// The session's heap reservation and the module's heap use, bytes.
-    /// (Use first: the reservation only grows, so use never exceeds it.)
-    fn heap(&self) -> Result<(u64, u64)> {
-        let m = self.json(&["module", "list"])?;
-        let used = m.as_array().and_then(|l| l.iter().find_map(|x| x["heap"]["used"].as_u64())).unwrap_or(0);
-        let s = self.json(&["status"])?;
-        let reservation = s["rcane"]["sessions"]
-            .as_array()
-            .and_then(|l| l.iter().filter_map(|x| x["heap_bytes"].as_u64()).max())
-            .ok_or_else(|| anyhow!("no session on r"))?;
-        Ok((reservation, used))
-    }
-}
-
-impl Drop for Bed {
-    fn drop(&mut self) {
-        let _ = Command::new(&self.anode).args(["testbed", "down", "--dir"]).arg(self.dir.join("tb")).output();
-    }
+/// The session's heap reservation and the module's heap use, bytes.
+/// (Use first: the reservation only grows, so use never exceeds it.)
+fn heap(bed: &Bed) -> Result<(u64, u64)> {
+    let m = bed.json(&["module", "list"])?;
+    let used = m.as_array().and_then(|l| l.iter().find_map(|x| x["heap"]["used"].as_u64())).unwrap_or(0);
+    let s = bed.json(&["status"])?;
+    let reservation = s["rcane"]["sessions"]
+        .as_array()
+        .and_then(|l| l.iter().filter_map(|x| x["heap_bytes"].as_u64()).max())
+        .ok_or_else(|| anyhow!("no session on r"))?;
+    Ok((reservation, used))
 }
 
 /// Sets up the testbed, the session and the module.
 fn setup(a: &Fig15NodeArgs, module: &Path, dir: PathBuf) -> Result<Bed> {
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let bed = Bed { anode: std::env::current_exe()?, dir };
-    bed.cmd(&["keys", "gen", "--name", "arm", "--out", &bed.p("")])?;
-    let topo = bed.dir.join("line3.toml");
-    std::fs::write(
-        &topo,
-        "node = [{ name = \"s\", address = \"10.0.0.1\" }, { name = \"r\", address = \"10.0.0.2\" }, \
-         { name = \"d\", address = \"10.0.0.3\" }]\nlink = [{ a = \"s\", b = \"r\" }, { a = \"r\", b = \"d\" }]\n",
-    )?;
-    let (topo, user, tb) = (topo.to_string_lossy().into_owned(), bed.p("arm.pub"), bed.p("tb"));
-    bed.cmd(&["testbed", "up", &topo, "--user", &user, "--dir", &tb])?;
-    let cfg = std::fs::read_to_string(bed.dir.join("tb/r/node.toml"))?;
-    let node = cfg
-        .lines()
-        .find_map(|l| l.strip_prefix("listen = \""))
-        .map(|l| l.trim_end_matches('"').to_string())
-        .ok_or_else(|| anyhow!("no listen line in r's node.toml"))?;
-    let (admin, key, node_key) = (bed.p("tb/keys/admin.key"), bed.p("arm.key"), bed.p("tb/keys/r.pub"));
-    let (sc, mc) = (bed.p("arm.session"), bed.p("arm.cred"));
+    let line3 = "node = [{ name = \"s\", address = \"10.0.0.1\" }, { name = \"r\", address = \"10.0.0.2\" }, \
+                 { name = \"d\", address = \"10.0.0.3\" }]\nlink = [{ a = \"s\", b = \"r\" }, { a = \"r\", b = \"d\" }]\n";
+    let bed = Testbed::up(std::env::current_exe()?, dir, line3, &["arm"], &[], "r")?;
     let ceiling = format!("{}KiB", a.ceiling_kib);
-    bed.cmd(&[
-        "cred",
-        "issue",
-        "--admin-key",
-        &admin,
-        "--principal",
-        &user,
-        "--kind",
-        "session",
-        "--vp-share",
-        "20%",
-        "--total-share",
-        "20%",
-        "--extra",
-        "--heap",
-        &ceiling,
-        "-o",
-        &sc,
-    ])?;
+    let session = ["--kind", "session", "--vp-share", "20%", "--total-share", "20%", "--extra", "--heap", &ceiling];
+    let sc = bed.cred("arm", "arm.session", &session)?;
     let wasm = module.to_string_lossy().into_owned();
-    bed.cmd(&[
-        "cred",
-        "issue",
-        "--admin-key",
-        &admin,
-        "--principal",
-        &user,
-        "--kind",
-        "module",
-        "--module",
-        &wasm,
-        "--interface",
-        "net,time,route",
-        "--cpu",
-        "10000000",
-        "-o",
-        &mc,
-    ])?;
-    let remote = ["--node", node.as_str(), "--node-key", node_key.as_str(), "--key", key.as_str()];
+    let grant = ["--kind", "module", "--module", &wasm, "--interface", "net,time,route", "--cpu", "10000000"];
+    let mc = bed.cred("arm", "arm.cred", &grant)?;
     let start = format!("{}KiB", a.start_heap_kib);
-    let mut open = vec!["session", "open", "--credential", &sc, "--vp", "2ms/10ms+extra", "--heap", &start];
-    open.extend_from_slice(&remote);
-    bed.cmd(&open)?;
-    let mut load = vec!["module", "load", &wasm, "--credential", &mc];
-    load.extend_from_slice(&remote);
-    bed.cmd(&load)?;
+    bed.user("arm", &["session", "open", "--credential", &sc, "--vp", "2ms/10ms+extra", "--heap", &start])?;
+    bed.user("arm", &["module", "load", &wasm, "--credential", &mc])?;
     Ok(bed)
 }
 
@@ -384,7 +299,7 @@ pub fn run(a: Fig15NodeArgs) -> Result<std::process::ExitCode> {
     for i in 0..n {
         let due = start + Duration::from_secs(i as u64 + 1);
         std::thread::sleep(due.saturating_duration_since(Instant::now()));
-        let (reservation, used) = bed.heap()?;
+        let (reservation, used) = heap(&bed)?;
         if let Ok(mut v) = secs.lock()
             && let Some(s) = v.get_mut(i)
         {

@@ -48,11 +48,11 @@
 //! anywhere: the machine is shared (docs/rcane.md).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::bed::Testbed;
 use anode_daemon::client::Client;
 use anyhow::{Context, Result, anyhow, bail};
 use plotters::prelude::*;
@@ -244,74 +244,25 @@ fn a_module(vp: u8) -> Result<Vec<u8>> {
     wat::parse_str(src).context("the fig16-node module A")
 }
 
-/// A scratch testbed of a - c.
-struct Bed {
-    anode: PathBuf,
-    dir: PathBuf,
-    node: String,
+/// The testbed a - c of this experiment, users' commands to c.
+type Bed = Testbed;
+
+/// `anode testbed up` of a - c with the period log, a key pair per user.
+fn up_bed(anode: PathBuf, dir: PathBuf, users: &[&str]) -> Result<Bed> {
+    let line2 = "node = [{ name = \"a\", address = \"10.0.0.1\" }, { name = \"c\", address = \"10.0.0.3\" }]\n\
+                 link = [{ a = \"a\", b = \"c\" }]\n";
+    Testbed::up(anode, dir, line2, users, &["--period-log"], "c")
 }
 
-impl Bed {
-    fn cmd(&self, args: &[&str]) -> Result<String> {
-        let o = Command::new(&self.anode).args(args).output().with_context(|| format!("running anode {args:?}"))?;
-        if !o.status.success() {
-            let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-            bail!("anode {args:?} failed: {text}");
-        }
-        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
-    }
-
-    fn p(&self, rel: &str) -> String {
-        self.dir.join(rel).to_string_lossy().into_owned()
-    }
-
-    fn up(anode: PathBuf, dir: PathBuf, users: &[&str]) -> Result<Bed> {
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let mut bed = Bed { anode, dir, node: String::new() };
-        let mut up = vec!["testbed".to_string(), "up".into()];
-        let topo = bed.dir.join("line2.toml");
-        std::fs::write(
-            &topo,
-            "node = [{ name = \"a\", address = \"10.0.0.1\" }, { name = \"c\", address = \"10.0.0.3\" }]\n\
-             link = [{ a = \"a\", b = \"c\" }]\n",
-        )?;
-        up.push(topo.to_string_lossy().into_owned());
-        for u in users {
-            bed.cmd(&["keys", "gen", "--name", u, "--out", &bed.p("")])?;
-            up.extend(["--user".to_string(), bed.p(&format!("{u}.pub"))]);
-        }
-        up.extend(["--period-log".to_string(), "--dir".into(), bed.p("tb")]);
-        let args: Vec<&str> = up.iter().map(String::as_str).collect();
-        bed.cmd(&args)?;
-        let cfg = std::fs::read_to_string(bed.dir.join("tb/c/node.toml"))?;
-        bed.node = cfg
-            .lines()
-            .find_map(|l| l.strip_prefix("listen = \""))
-            .map(|l| l.trim_end_matches('"').to_string())
-            .ok_or_else(|| anyhow!("no listen line in c's node.toml"))?;
-        Ok(bed)
-    }
-
-    /// A command of user `u` to node c.
-    fn user(&self, u: &str, args: &[&str]) -> Result<String> {
-        let mut a = args.to_vec();
-        let (node_key, key) = (self.p("tb/keys/c.pub"), self.p(&format!("{u}.key")));
-        a.extend_from_slice(&["--node", &self.node, "--node-key", &node_key, "--key", &key]);
-        self.cmd(&a)
-    }
-
-    fn cred(&self, u: &str, name: &str, args: &[&str]) -> Result<String> {
-        let out = self.p(name);
-        let (admin, principal) = (self.p("tb/keys/admin.key"), self.p(&format!("{u}.pub")));
-        let mut a = vec!["cred", "issue", "--admin-key", &admin, "--principal", &principal];
-        a.extend_from_slice(args);
-        a.extend_from_slice(&["-o", &out]);
-        self.cmd(&a)?;
-        Ok(out)
-    }
-
+/// What this experiment does on its testbed.
+trait Workloads {
     /// Opens a session of `u` with `vps`; returns the VP handles in order.
+    fn open_session(&self, u: &str, vps: &[&str], heap: u64) -> Result<Vec<String>>;
+    /// Loads `code` as `name` for `u`.
+    fn load(&self, u: &str, name: &str, code: &[u8]) -> Result<()>;
+}
+
+impl Workloads for Testbed {
     fn open_session(&self, u: &str, vps: &[&str], heap: u64) -> Result<Vec<String>> {
         let sc = self.cred(
             u,
@@ -341,7 +292,7 @@ impl Bed {
     }
 
     fn load(&self, u: &str, name: &str, code: &[u8]) -> Result<()> {
-        let wasm = self.dir.join(format!("{name}.wasm"));
+        let wasm = self.dir().join(format!("{name}.wasm"));
         std::fs::write(&wasm, code)?;
         let wasm = wasm.to_string_lossy().into_owned();
         let cred = self.cred(
@@ -361,23 +312,6 @@ impl Bed {
             ],
         )?;
         self.user(u, &["module", "load", &wasm, "--credential", &cred]).map(|_| ())
-    }
-
-    fn json(&self, args: &[&str]) -> Result<serde_json::Value> {
-        let mut a = args.to_vec();
-        let rd = self.p("tb/c");
-        a.extend_from_slice(&["--json", "--run-dir", &rd]);
-        serde_json::from_str(&self.cmd(&a)?).with_context(|| format!("JSON of anode {args:?}"))
-    }
-
-    fn down(&self) {
-        let _ = Command::new(&self.anode).args(["testbed", "down", "--dir"]).arg(self.dir.join("tb")).output();
-    }
-}
-
-impl Drop for Bed {
-    fn drop(&mut self) {
-        self.down();
     }
 }
 
@@ -434,7 +368,7 @@ fn drive(bed: &Bed, a: &Fig16NodeArgs) -> Result<Vec<Req>> {
     let heavy_from = n / 3;
     let replies = Arc::new(Mutex::new(Replies { sent: vec![None; n], got: vec![None; n] }));
     let stop = Arc::new(AtomicBool::new(false));
-    let mut rx = Client::connect(bed.dir.join("tb/a")).map_err(|e| anyhow!("a's application socket: {e}"))?;
+    let mut rx = Client::connect(bed.dir().join("tb/a")).map_err(|e| anyhow!("a's application socket: {e}"))?;
     rx.register(REPLY_PORT).map_err(|e| anyhow!("registering port {REPLY_PORT} at a: {e}"))?;
     let receiver = {
         let (replies, stop) = (replies.clone(), stop.clone());
@@ -457,7 +391,7 @@ fn drive(bed: &Bed, a: &Fig16NodeArgs) -> Result<Vec<Req>> {
             Ok(())
         })
     };
-    let mut tx = Client::connect(bed.dir.join("tb/a")).map_err(|e| anyhow!("a's application socket: {e}"))?;
+    let mut tx = Client::connect(bed.dir().join("tb/a")).map_err(|e| anyhow!("a's application socket: {e}"))?;
     let c = std::net::Ipv4Addr::new(10, 0, 0, 3);
     let start = Instant::now();
     let keep_every = a.keep_every.max(1) as usize;
@@ -550,7 +484,7 @@ fn scenario(a: &Fig16NodeArgs, shared: bool, work: &Path) -> Result<Outcome> {
     let anode = std::env::current_exe()?;
     let dir = work.join(if shared { "one" } else { "two" });
     let users: &[&str] = if shared { &["ab"] } else { &["a", "b"] };
-    let bed = Bed::up(anode, dir, users)?;
+    let bed = up_bed(anode, dir, users)?;
     // A best effort (a notional 0.1 % in 100 ms plus slack), B 1 ms in 4 ms.
     let (a_vp, b_vp) = ("100us/100ms+extra", "1ms/4ms");
     let (a_handle, b_handle) = if shared {
@@ -589,7 +523,7 @@ fn scenario(a: &Fig16NodeArgs, shared: bool, work: &Path) -> Result<Outcome> {
         "b": part(DEFAULT_FIFO),
     });
     bed.down();
-    let log = std::fs::read_to_string(bed.dir.join("tb/c/periods.csv")).context("c's period log")?;
+    let log = std::fs::read_to_string(bed.dir().join("tb/c/periods.csv")).context("c's period log")?;
     let t0 = first_served(&log, &b_handle);
     let periods = periods_of(&log, &b_handle, t0);
     let a_periods = periods_of(&log, &a_handle, t0);

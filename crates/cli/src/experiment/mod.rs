@@ -17,6 +17,7 @@
 //! The trace format is `anode_sched::trace` (docs/rcane.md), shared with the
 //! anode node's own run.
 
+mod bed;
 mod fig11;
 mod fig12;
 mod fig13;
