@@ -678,6 +678,16 @@ pub struct ModulesConfig {
     /// credentials may open any either way.
     #[serde(default)]
     pub require_channel_grants: bool,
+    /// How often a guaranteed dispatch of module work looks for waiting
+    /// network input, µs. When a datagram waits, the dispatch ends at its
+    /// next preemption point, the input is read (channel packets into their
+    /// FIFOs, waking their VPs) and EDF picks again, so a VP with an
+    /// earlier deadline runs before the interrupted one resumes, as a
+    /// Nemesis device driver fed RCANE's channels while a CPU-bound
+    /// session ran (§IV-D, §VI-C; Fig. 13). 0 (the default): a guaranteed
+    /// dispatch runs its budget out and input waits up to one slice.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub input_preempts_us: u64,
     /// Sessions the administrator opens at start (before the loads), for
     /// principals that need a reservation without contacting the node.
     #[serde(default, rename = "session", skip_serializing_if = "Vec::is_empty")]
@@ -719,6 +729,10 @@ fn session_grace_secs() -> u64 {
     60
 }
 
+fn is_zero_u64(v: &u64) -> bool {
+    *v == 0
+}
+
 fn tx_bytes_per_sec() -> u64 {
     crate::core::DEFAULT_TX_BYTES_PER_SEC
 }
@@ -748,6 +762,7 @@ impl ModulesConfig {
             system_vp: system_vp(),
             best_effort_vp: best_effort_vp(),
             require_channel_grants: false,
+            input_preempts_us: 0,
             sessions: Vec::new(),
         }
     }
@@ -1542,6 +1557,15 @@ mod tests {
         assert!(!m("").require_channel_grants);
         assert!(m("require_channel_grants = true").require_channel_grants);
         assert!(NodeConfig::from_toml(&rc("require_channel_grants = \"yes\"")).is_err());
+        // Input preempting guaranteed dispatches: off unless asked for,
+        // written back only when on.
+        assert_eq!(m("").input_preempts_us, 0);
+        let on = m("input_preempts_us = 50");
+        assert_eq!(on.input_preempts_us, 50);
+        let text = toml::to_string(&on).expect("serialises");
+        assert!(text.contains("input_preempts_us = 50"), "{text}");
+        assert!(!toml::to_string(&m("")).expect("serialises").contains("input_preempts_us"));
+        assert!(NodeConfig::from_toml(&rc("input_preempts_us = -1")).is_err());
     }
 
     #[test]
