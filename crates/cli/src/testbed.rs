@@ -162,6 +162,12 @@ pub struct UpArgs {
     /// (`[modules] tx_bytes_per_sec`, default 1250000).
     #[arg(long, value_name = "BYTES_PER_SEC")]
     pub tx_allowance: Option<u64>,
+    /// Every node's guaranteed dispatches of module work look for waiting
+    /// network input every US µs and end for it, so that EDF sees the VPs
+    /// the input wakes (`[modules] input_preempts_us`; Fig. 13). Off by
+    /// default.
+    #[arg(long, value_name = "US")]
+    pub input_preempts: Option<u64>,
     /// Every node sends without UDP GSO (`[io] gso = false`): one skb per
     /// datagram, so that a qdisc (tc) sees and classifies each one.
     #[arg(long)]
@@ -187,6 +193,7 @@ struct Tuning {
     link_rate: Option<u64>,
     tx_allowance: Option<u64>,
     no_gso: bool,
+    input_preempts: Option<u64>,
 }
 
 /// Security settings for a plan: the mode, and every node's public key and
@@ -390,6 +397,9 @@ fn plan(
         }
         if let (Some(m), Some(t)) = (cfg.modules.as_mut(), tuning.tx_allowance) {
             m.tx_bytes_per_sec = t;
+        }
+        if let (Some(m), Some(us)) = (cfg.modules.as_mut(), tuning.input_preempts) {
+            m.input_preempts_us = us;
         }
         if let Some(s) = sec {
             let (_, file) = s.keys.get(&n.name).ok_or_else(|| anyhow!("internal: no key for {:?}", n.name))?;
@@ -784,6 +794,7 @@ fn up(a: UpArgs) -> Result<ExitCode> {
         link_rate: a.link_rate,
         tx_allowance: a.tx_allowance,
         no_gso: a.no_gso,
+        input_preempts: a.input_preempts,
     };
     let mut plan = plan(&topo, &dir, &endpoints, sec.as_ref(), admin.as_ref(), tuning)
         .with_context(|| format!("planning {}", a.topology.display()))?;

@@ -675,8 +675,8 @@ impl Daemon {
         // Slack goes to network input first: a dispatch on slack time
         // (Best-Effort's module work beyond its guarantee, or a VP with
         // `extra`) stops at its next preemption point when a datagram is
-        // waiting. A guaranteed dispatch runs its budget out: forwarding
-        // waits at most one slice.
+        // waiting. A guaranteed dispatch runs its budget out (unless
+        // `input_preempts_us`, below): forwarding waits at most one slice.
         let slack = d.kind == anode_sched::DispatchKind::Slack;
         // A slack dispatch also ends when one of the core's timers is due
         // (a module alarm above all): the events it posts may belong to a
@@ -693,16 +693,25 @@ impl Daemon {
             Some(ns) => end.min(self.started + Duration::from_nanos(ns)),
             None => end,
         };
+        // With `[modules] input_preempts_us`, a guaranteed dispatch also
+        // looks for waiting input, at most that often, and ends for it: the
+        // input may wake a VP with an earlier deadline (a channel's packets),
+        // which EDF must see before this one's slice runs out.
+        let every = self.cfg.modules.as_ref().map_or(0, |m| m.input_preempts_us);
+        let mut look = InputLook::new(slack, every, Instant::now());
         // With workers the loop reads no datagrams: they wait for the lock
         // instead (`worker_waits`).
-        let mut fds: Vec<nix::poll::PollFd<'_>> = if slack && self.shared.is_none() {
+        let mut fds: Vec<nix::poll::PollFd<'_>> = if look.ever() && self.shared.is_none() {
             self.udp.iter().map(|s| nix::poll::PollFd::new(s.as_fd(), nix::poll::PollFlags::POLLIN)).collect()
         } else {
             Vec::new()
         };
         let waiting = self.shared.clone();
         let worker_waits = || waiting.as_ref().is_some_and(|w| w.waiting.load(Ordering::Relaxed) > 0);
-        let mut keep_going = || Instant::now() < end && !(slack && (input_waiting(&mut fds) || worker_waits()));
+        let mut keep_going = || {
+            let now = Instant::now();
+            now < end && !(look.due(now) && (input_waiting(&mut fds) || worker_waits()))
+        };
         self.node.run_dispatch(&d, now_ms, &mut keep_going, &mut self.timer_out);
         let used = thread_cpu_ns().saturating_sub(cpu0);
         let now_ns = self.now_ns();
@@ -986,6 +995,40 @@ fn wait_events(epoll: &Epoll, events: &mut [EpollEvent], wait: EpollTimeout) -> 
     }
 }
 
+/// When a dispatch looks for waiting network input, at its preemption
+/// points: a slack dispatch at every one, a guaranteed dispatch at most once
+/// per `[modules] input_preempts_us` (never when it is 0).
+#[derive(Debug, Clone, Copy)]
+struct InputLook {
+    slack: bool,
+    every: Option<Duration>,
+    next: Instant,
+}
+
+impl InputLook {
+    fn new(slack: bool, every_us: u64, now: Instant) -> InputLook {
+        let every = (!slack && every_us > 0).then(|| Duration::from_micros(every_us));
+        InputLook { slack, every, next: now + every.unwrap_or_default() }
+    }
+
+    /// Whether this dispatch looks at all.
+    fn ever(&self) -> bool {
+        self.slack || self.every.is_some()
+    }
+
+    /// Whether to look at the preemption point reached at `now`.
+    fn due(&mut self, now: Instant) -> bool {
+        match self.every {
+            None => self.slack,
+            Some(every) if now >= self.next => {
+                self.next = now + every;
+                true
+            }
+            Some(_) => false,
+        }
+    }
+}
+
 /// Whether a datagram waits on any of `fds` (one `poll`, no wait).
 fn input_waiting(fds: &mut [nix::poll::PollFd<'_>]) -> bool {
     nix::poll::poll(fds, nix::poll::PollTimeout::ZERO).is_ok_and(|n| n > 0)
@@ -995,4 +1038,31 @@ fn input_waiting(fds: &mut [nix::poll::PollFd<'_>]) -> bool {
 pub(crate) fn thread_cpu_ns() -> u64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
         .map_or(0, |t| (t.tv_sec() as u64).saturating_mul(1_000_000_000).saturating_add(t.tv_nsec() as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::InputLook;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_guaranteed_dispatch_looks_for_input_only_when_configured_and_at_most_that_often() {
+        let t0 = Instant::now();
+        let us = |n: u64| t0 + Duration::from_micros(n);
+        // Slack: at every preemption point, whatever the setting.
+        for every in [0, 50] {
+            let mut l = InputLook::new(true, every, t0);
+            assert!(l.ever());
+            assert!((0..10).all(|i| l.due(us(i))));
+        }
+        // Guaranteed, off (the default): never; the slice runs out.
+        let mut l = InputLook::new(false, 0, t0);
+        assert!(!l.ever());
+        assert!((0..1000).step_by(7).all(|i| !l.due(us(i))));
+        // Guaranteed, every 50 µs: points 7 µs apart look once per 50 µs.
+        let mut l = InputLook::new(false, 50, t0);
+        assert!(l.ever());
+        let looked: Vec<u64> = (0..200).step_by(7).filter(|i| l.due(us(*i))).collect();
+        assert_eq!(looked, vec![56, 112, 168]);
+    }
 }

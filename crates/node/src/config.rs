@@ -684,6 +684,16 @@ pub struct ModulesConfig {
     /// transcoder's silver path, docs/transcoder.md, takes about 11 M).
     #[serde(default = "max_cpu")]
     pub max_cpu: u64,
+    /// How often a guaranteed dispatch of module work looks for waiting
+    /// network input, µs. When a datagram waits, the dispatch ends at its
+    /// next preemption point, the input is read (channel packets into their
+    /// FIFOs, waking their VPs) and EDF picks again, so a VP with an
+    /// earlier deadline runs before the interrupted one resumes, as a
+    /// Nemesis device driver fed RCANE's channels while a CPU-bound
+    /// session ran (§IV-D, §VI-C; Fig. 13). 0 (the default): a guaranteed
+    /// dispatch runs its budget out and input waits up to one slice.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub input_preempts_us: u64,
     /// Sessions the administrator opens at start (before the loads), for
     /// principals that need a reservation without contacting the node.
     #[serde(default, rename = "session", skip_serializing_if = "Vec::is_empty")]
@@ -729,6 +739,10 @@ fn max_cpu() -> u64 {
     anode_cred::VerifierConfig::default().node_limits.cpu
 }
 
+fn is_zero_u64(v: &u64) -> bool {
+    *v == 0
+}
+
 fn tx_bytes_per_sec() -> u64 {
     crate::core::DEFAULT_TX_BYTES_PER_SEC
 }
@@ -759,6 +773,7 @@ impl ModulesConfig {
             best_effort_vp: best_effort_vp(),
             require_channel_grants: false,
             max_cpu: max_cpu(),
+            input_preempts_us: 0,
             sessions: Vec::new(),
         }
     }
@@ -1557,6 +1572,15 @@ mod tests {
         assert_eq!(m("").max_cpu, 10_000_000);
         assert_eq!(m("max_cpu = 500000000").max_cpu, 500_000_000);
         assert!(NodeConfig::from_toml(&rc("max_cpu = -1")).is_err());
+        // Input preempting guaranteed dispatches: off unless asked for,
+        // written back only when on.
+        assert_eq!(m("").input_preempts_us, 0);
+        let on = m("input_preempts_us = 50");
+        assert_eq!(on.input_preempts_us, 50);
+        let text = toml::to_string(&on).expect("serialises");
+        assert!(text.contains("input_preempts_us = 50"), "{text}");
+        assert!(!toml::to_string(&m("")).expect("serialises").contains("input_preempts_us"));
+        assert!(NodeConfig::from_toml(&rc("input_preempts_us = -1")).is_err());
     }
 
     #[test]
