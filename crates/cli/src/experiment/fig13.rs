@@ -40,6 +40,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use super::bed::Testbed;
 use anode_daemon::client::Client;
 use anyhow::{Context, Result, anyhow, bail};
 use plotters::prelude::*;
@@ -213,44 +214,21 @@ fn receiver(digit: u8, buffer: u32, work: u32) -> Result<Vec<u8>> {
     wat::parse_str(src).context("the fig13 receiver module")
 }
 
-struct Bed {
-    anode: PathBuf,
-    dir: PathBuf,
-    node: String,
+/// What this experiment does on its testbed (the line a - b - c, users'
+/// commands to c).
+trait Reception {
+    /// Loads `wasm` for `u` with interfaces `ifaces`.
+    fn load(&self, u: &str, wasm: &str, ifaces: &str) -> Result<()>;
+    /// Opens a session of `u` with one VP `vp`: its id.
+    fn open_session(&self, u: &str, vp: &str) -> Result<String>;
+    /// Node c's counters now for the channel with a `buffer`-byte FIFO, its
+    /// module, the sessions `rx` and `hog` and c's sockets `addrs`.
+    fn snap(&self, buffer: u32, rx: &str, hog: &str, addrs: &[std::net::SocketAddr]) -> Result<Snap>;
+    /// The addresses node c's interfaces listen on.
+    fn listens(&self) -> Result<Vec<std::net::SocketAddr>>;
 }
 
-impl Bed {
-    fn cmd(&self, args: &[&str]) -> Result<String> {
-        let o = Command::new(&self.anode).args(args).output().with_context(|| format!("running anode {args:?}"))?;
-        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-        if !o.status.success() {
-            bail!("anode {args:?} failed: {text}");
-        }
-        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
-    }
-
-    fn p(&self, rel: &str) -> String {
-        self.dir.join(rel).to_string_lossy().into_owned()
-    }
-
-    /// A command for user `u` pointed at node c.
-    fn user(&self, u: &str, args: &[&str]) -> Result<String> {
-        let mut a = args.to_vec();
-        let (node_key, key) = (self.p("tb/keys/c.pub"), self.p(&format!("{u}.key")));
-        a.extend_from_slice(&["--node", &self.node, "--node-key", &node_key, "--key", &key]);
-        self.cmd(&a)
-    }
-
-    fn cred(&self, u: &str, name: &str, args: &[&str]) -> Result<String> {
-        let out = self.p(name);
-        let (admin, principal) = (self.p("tb/keys/admin.key"), self.p(&format!("{u}.pub")));
-        let mut a = vec!["cred", "issue", "--admin-key", &admin, "--principal", &principal];
-        a.extend_from_slice(args);
-        a.extend_from_slice(&["-o", &out]);
-        self.cmd(&a)?;
-        Ok(out)
-    }
-
+impl Reception for Testbed {
     fn load(&self, u: &str, wasm: &str, ifaces: &str) -> Result<()> {
         let stem = Path::new(wasm).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         let cred = self.cred(
@@ -316,12 +294,6 @@ impl Bed {
     }
 }
 
-impl Drop for Bed {
-    fn drop(&mut self) {
-        let _ = Command::new(&self.anode).args(["testbed", "down", "--dir"]).arg(self.dir.join("tb")).output();
-    }
-}
-
 /// Sends `n` packets starting with `digit` to c's port 5000 from a, at `rate` a second.
 fn send(a: &mut Client, digit: u8, n: u64, rate: u32) -> Result<()> {
     let c = std::net::Ipv4Addr::new(10, 0, 0, 3);
@@ -353,33 +325,17 @@ pub fn run(a: Fig13Args) -> Result<std::process::ExitCode> {
     let dir = std::env::temp_dir().join(format!("anode-fig13-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
-    let mut bed = Bed { anode: std::env::current_exe()?, dir: dir.clone(), node: String::new() };
-    for u in ["hog", "rx"] {
-        bed.cmd(&["keys", "gen", "--name", u, "--out", &bed.p("")])?;
-    }
-    let topo = dir.join("line3.toml");
-    std::fs::write(
-        &topo,
-        "node = [{ name = \"a\", address = \"10.0.0.1\" }, { name = \"b\", address = \"10.0.0.2\" }, \
-         { name = \"c\", address = \"10.0.0.3\" }]\nlink = [{ a = \"a\", b = \"b\" }, { a = \"b\", b = \"c\" }]\n",
-    )?;
-    let (hog_pub, rx_pub, tb) = (bed.p("hog.pub"), bed.p("rx.pub"), bed.p("tb"));
-    let topo_s = topo.to_string_lossy().into_owned();
-    let mut up = vec!["testbed", "up", &topo_s, "--user", &hog_pub, "--user", &rx_pub, "--dir", &tb];
+    let mut extra = Vec::new();
     let (link_rate, preempts) = (a.link_rate.to_string(), a.input_preempts.to_string());
     if a.link_rate > 0 {
-        up.extend_from_slice(&["--link-rate", &link_rate]);
+        extra.extend_from_slice(&["--link-rate", link_rate.as_str()]);
     }
     if a.input_preempts > 0 {
-        up.extend_from_slice(&["--input-preempts", &preempts]);
+        extra.extend_from_slice(&["--input-preempts", preempts.as_str()]);
     }
-    bed.cmd(&up)?;
-    let cfg = std::fs::read_to_string(dir.join("tb/c/node.toml"))?;
-    bed.node = cfg
-        .lines()
-        .find_map(|l| l.strip_prefix("listen = \""))
-        .map(|l| l.trim_end_matches('"').to_string())
-        .ok_or_else(|| anyhow!("no listen line in c's node.toml"))?;
+    let line3 = "node = [{ name = \"a\", address = \"10.0.0.1\" }, { name = \"b\", address = \"10.0.0.2\" }, \
+                 { name = \"c\", address = \"10.0.0.3\" }]\nlink = [{ a = \"a\", b = \"b\" }, { a = \"b\", b = \"c\" }]\n";
+    let bed = Testbed::up(std::env::current_exe()?, dir.clone(), line3, &["hog", "rx"], &extra, "c")?;
 
     // The hog: 40 % in 10 ms periods, always busy.
     if a.rt_priority > 0 {
