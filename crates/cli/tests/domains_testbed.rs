@@ -394,12 +394,16 @@ fn the_operator_revokes_at_running_nodes_and_the_border_policy_narrows_what_inte
     let (user_key, user_pub) = user_keys(&s.0, "u");
     let bed = Bed { tb: s.tb(), user_key, user_pub, dir: s.0.clone() };
     let topo = topologies();
+    // The nodes this test starts listen from a free base port, not 7000.
+    let base = common::free_block(64);
     let up = |users: &[&Path]| {
         let mut args = vec![
             "testbed".to_string(),
             "up".into(),
             topo.join("domains.toml").display().to_string(),
             "--configs-only".into(),
+            "--base-port".into(),
+            base.to_string(),
             "--domains".into(),
             topo.join("domains-map.toml").display().to_string(),
             "--dir".into(),

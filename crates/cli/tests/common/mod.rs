@@ -17,6 +17,25 @@ pub fn free_ports(n: usize) -> Vec<u16> {
     socks.iter().map(|s| s.local_addr().expect("addr").port()).collect()
 }
 
+/// The first of `n` consecutive free UDP ports on 127.0.0.1 (below the
+/// ephemeral range, as [`free_ports`]), for `anode testbed up --configs-only
+/// --base-port`, whose nodes a test starts itself: without `--base-port`
+/// those configs all listen from port 7000, which a concurrent testbed may
+/// hold.
+pub fn free_block(n: u16) -> u16 {
+    for _ in 0..64 {
+        let base = free_ports(1)[0];
+        if u32::from(base) + u32::from(n) > u32::from(anode_daemon::ports::ephemeral_floor()) {
+            continue;
+        }
+        let held: Vec<_> = (base..base + n).map_while(|p| std::net::UdpSocket::bind(("127.0.0.1", p)).ok()).collect();
+        if held.len() == usize::from(n) {
+            return base;
+        }
+    }
+    panic!("no block of {n} free loopback ports");
+}
+
 /// The `[[interface]]` sections of the line 10.0.0.1 – 10.0.0.2 – 10.0.0.3 on
 /// loopback, one string per node, from four ports: node 1 east, node 2
 /// west, node 2 east, node 3 west.
