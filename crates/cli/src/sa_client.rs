@@ -29,6 +29,9 @@ pub struct Target {
     pub timeout: f64,
 }
 
+/// The largest UDP payload over IPv4.
+const MAX_DATAGRAM: usize = 65_507;
+
 fn now_ms(t0: Instant) -> u64 {
     t0.elapsed().as_millis() as u64
 }
@@ -44,6 +47,17 @@ pub fn request(t: &Target, body: &[u8], what: &str) -> Result<Vec<u8>> {
 /// rate limits) and returns the answers that came back before the timeout.
 pub fn requests(t: &Target, body: &[u8], count: usize, what: &str) -> Result<Vec<Vec<u8>>> {
     let node = t.node;
+    // A request is one sealed datagram: ANEP header, AH and tag around the
+    // inner control datagram.
+    let sealed = anep::HEADER_LEN + OVERHEAD + anep::HEADER_LEN + body.len();
+    if sealed > MAX_DATAGRAM {
+        bail!(
+            "the request ({what}) is {} bytes; one control request carries at most {} (a UDP datagram): \
+             load a module this large from the node's config ([[modules.load]], docs/node.md) instead",
+            body.len(),
+            MAX_DATAGRAM - (anep::HEADER_LEN + OVERHEAD + anep::HEADER_LEN)
+        );
+    }
     let mut answers = Vec::new();
     let me = Identity::load(&t.key)?;
     let expect = match &t.node_key {

@@ -447,3 +447,29 @@ fn node_and_testbed_validate_alike() {
     let o = Command::new(ANODE).args(["node", "--check", "--config"]).arg(&cfg).output().unwrap();
     assert!(!o.status.success() && text(&o).contains("neighbour 10.0.0.2 has endpoint 127.0.0.1"), "{}", text(&o));
 }
+
+/// A module too large for one control datagram is refused by the client
+/// with the reason and what to do instead, before any packet is sent; it
+/// used to panic in the ANEP header writer.
+#[test]
+fn a_module_load_too_large_for_one_datagram_is_refused_with_its_reason() {
+    let s = Scratch::new("hardening", "bigload");
+    let (key, _) = user_keys(&s.0, "u");
+    let big = s.0.join("big.wasm");
+    std::fs::write(&big, vec![0u8; 100_000]).unwrap();
+    let cred = s.0.join("c.cred");
+    std::fs::write(&cred, b"not a credential").unwrap();
+    let o = Command::new(ANODE)
+        .args(["module", "load"])
+        .arg(&big)
+        .arg("--credential")
+        .arg(&cred)
+        .args(["--node", "127.0.0.1:9", "--key"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("one control request carries at most") && t.contains("[[modules.load]]"), "{t}");
+    assert!(!t.contains("panicked"), "{t}");
+}
