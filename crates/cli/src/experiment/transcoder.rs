@@ -78,7 +78,7 @@ pub struct TranscoderArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,3,5")]
     table3: Vec<u16>,
     /// Silver streams of Fig. 4's runs (5 gold + 1 bronze + k silver).
-    #[arg(long, value_delimiter = ',', default_value = "0,3,6,9")]
+    #[arg(long, value_delimiter = ',', default_value = "0,3,6,9,12,14")]
     fig4: Vec<u16>,
     /// The receive path's VP, `SLICE/PERIOD` (it decodes, and encodes
     /// bronze, once per frame).

@@ -26,8 +26,10 @@
 //! `anode_init` takes its instance index `n` (a `ticket` of pod `gold`,
 //! which hands out 0, 1, 2, ...; 0 without the pod) and opens a
 //! control channel on [`tc_common::PATH_PORT`]` + n`, processed on the
-//! session's VP `n + 1` (so each stream runs and is charged on its own VP;
-//! VP 0 is the receive path's). Its entry `ctl` takes `[b'S'][set-up]`
+//! session's VP `n + 1` (in a session of several VPs each stream runs and
+//! is charged on its own; a session without that VP runs it on its first,
+//! as `anode experiment transcoder`'s one-VP sessions, one per path, do).
+//! Its entry `ctl` takes `[b'S'][set-up]`
 //! (as `setup`) or `[b'T']` (a tick: as `poll`).
 //!
 //! Each client gets `[seq u32 BE][tier][body]` on its UDP port. Results:
