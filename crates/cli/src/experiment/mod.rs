@@ -13,6 +13,8 @@
 //! - `fig15-node`: RCANE Fig. 15 on a testbed of real daemons.
 //! - `fig12`, `fig12-module`, `fig12-receive`: RCANE Fig. 12 (transmit
 //!   reservations per link) on real daemons, with `scripts/fig12`.
+//! - `transcoder`: Expert's tiered transcoder (Table 3, Fig. 4) on real
+//!   daemons, with `scripts/transcoder`.
 //!
 //! The trace format is `anode_sched::trace` (docs/rcane.md), shared with the
 //! anode node's own run.
@@ -27,6 +29,7 @@ mod fig16;
 mod fig16_node;
 mod periods;
 mod plot;
+mod transcoder;
 
 use anode_sched::trace::{self, Trace};
 use anyhow::{Context, Result};
@@ -85,6 +88,10 @@ pub enum ExperimentCmd {
     /// every packet by sender tag.
     #[command(name = "fig12-receive")]
     Fig12Receive(fig12::ReceiveArgs),
+    /// Expert's tiered transcoder on a testbed of real daemons: one
+    /// configuration, Table 3 (CPU) and Fig. 4 (per-tier rates), path-based
+    /// against all-in-one (docs/transcoder.md).
+    Transcoder(transcoder::TranscoderArgs),
     /// A Fig. 11 trace from a node's period log (`anode node --period-log`).
     #[command(name = "from-periods")]
     FromPeriods(periods::FromPeriodsArgs),
@@ -112,6 +119,7 @@ pub fn run(c: ExperimentCmd) -> Result<std::process::ExitCode> {
         ExperimentCmd::Fig12(a) => fig12::run(a),
         ExperimentCmd::Fig12Module(a) => fig12::module(a),
         ExperimentCmd::Fig12Receive(a) => fig12::receive(a),
+        ExperimentCmd::Transcoder(a) => transcoder::run(a),
         ExperimentCmd::FromPeriods(a) => periods::run(a),
         ExperimentCmd::PlotFig11 { csv, output } => {
             let t = load(&csv)?;

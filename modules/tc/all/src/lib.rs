@@ -11,10 +11,14 @@
 //!   client's own encoder, then seals; bronze sends the bronze frame.
 //!   Result: packets sent, or -1 bad packet, -2 undecodable frame.
 //! - `listen`: `[port u16 BE]` opens a channel for source packets to `frame`.
+//!
+//! On a node, `anode_init` opens the channels: source packets on
+//! [`tc_common::SOURCE_PORT`] to `frame`, set-ups on
+//! [`tc_common::CLIENT_PORT`] to `client` (both on the session's first VP).
 
 use std::cell::RefCell;
 
-use anode_sdk::{Event, entries};
+use anode_sdk::{Event, entries_init};
 use ctr::cipher::{KeyIvInit, StreamCipher};
 use nanomp3_core::{Channels, Decoder, MAX_SAMPLES_PER_FRAME};
 use rusty_mp3::Mp3Encode;
@@ -23,7 +27,14 @@ use tc_common::{FRAME_SAMPLES, HalfBand, MAX_FRAME, Setup, SourceFrame, Tier, cl
 
 type Aes128Ctr = ctr::Ctr128BE<aes::Aes128>;
 
-entries! { "client" => client, "frame" => frame, "listen" => listen }
+entries_init! { init = init; "client" => client, "frame" => frame, "listen" => listen }
+
+/// Opens the source and set-up channels; refusals are ignored (`listen`
+/// can open the source channel later).
+fn init() {
+    let _ = anode_sdk::net::open_channel(tc_common::SOURCE_PORT, &[], "frame");
+    let _ = anode_sdk::net::open_channel(tc_common::CLIENT_PORT, &[], "client");
+}
 
 const MAX_CLIENTS: usize = 64;
 

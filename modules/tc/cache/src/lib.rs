@@ -9,7 +9,10 @@
 //! - `get`: `[seq u32 LE]` → the entry stored under `seq`, or nothing if
 //!   it was never stored or was overwritten;
 //! - `latest`: nothing → the highest `seq` stored so far (`u32 LE`), or
-//!   nothing before the first `put`.
+//!   nothing before the first `put`;
+//! - `ticket`: nothing → a number (`u32 LE`) one higher than the last
+//!   ticket's, from 0: on a node each `tc-path` instance takes one from pod
+//!   `gold` in its `anode_init` as its instance index (docs/transcoder.md).
 //!
 //! Anything else (a short or long argument) returns -1; the pod never
 //! traps on its input. It holds no keys and imports nothing.
@@ -34,6 +37,7 @@ struct Cache {
     slots: [Slot; SLOTS],
     writer: bool,
     latest: Option<u32>,
+    tickets: u32,
 }
 
 static mut CACHE: Cache = Cache {
@@ -41,6 +45,7 @@ static mut CACHE: Cache = Cache {
     slots: [const { Slot { seq: 0, len: 0, data: [0; ENTRY] } }; SLOTS],
     writer: false,
     latest: None,
+    tickets: 0,
 };
 
 // `&mut STATIC` is refused in edition 2024; a raw pointer is the way.
@@ -115,6 +120,17 @@ pub extern "C" fn latest(_state: i32, len: i32) -> i32 {
         (0, None) => 0,
         _ => -1,
     }
+}
+
+#[unsafe(export_name = "offer.ticket")]
+pub extern "C" fn ticket(_state: i32, len: i32) -> i32 {
+    let c = cache();
+    if len != 0 {
+        return -1;
+    }
+    c.buf[..4].copy_from_slice(&c.tickets.to_le_bytes());
+    c.tickets = c.tickets.wrapping_add(1);
+    4
 }
 
 #[unsafe(export_name = "offer.get")]

@@ -20,6 +20,22 @@ pub const PCM_BYTES: usize = FRAME_SAMPLES * 2 * 2;
 /// The largest compressed frame a tier carries (320 kbit/s at 32 kHz is 1,441 B).
 pub const MAX_FRAME: usize = 1_500;
 
+/// On a node, the port of the source's packets: `tc-rx` (and `tc-all`)
+/// open a channel for it in `anode_init`, on the session's first VP.
+pub const SOURCE_PORT: u16 = 7000;
+/// On a node, the port of `tc-all`'s set-up channel (a [`Setup`] per packet).
+pub const CLIENT_PORT: u16 = 7001;
+/// On a node, the control port of `tc-path` instance `n` (in load order)
+/// is `PATH_PORT + n`, processed on the session's VP `n + 1`.
+pub const PATH_PORT: u16 = 7100;
+
+/// A channel spec (docs/channels.md, version 1): `port`, any source, no
+/// payload prefix, no keys, the default FIFO.
+pub fn channel_spec(port: u16) -> [u8; 10] {
+    let p = port.to_be_bytes();
+    [1, 0, p[0], p[1], 0, 0, 0, 0, 0, 0]
+}
+
 /// The three tiers; the byte is their wire value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tier {

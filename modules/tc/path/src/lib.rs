@@ -22,6 +22,16 @@
 //! woken by an alarm or any packet rather than per frame. Result: frames
 //! served, or the error of the `latest` call.
 //!
+//! On a node (where only channels, alarms and capsules call entries),
+//! `anode_init` takes its instance index `n` (a `ticket` of pod `gold`,
+//! which hands out 0, 1, 2, ...; 0 without the pod) and opens a
+//! control channel on [`tc_common::PATH_PORT`]` + n`, processed on the
+//! session's VP `n + 1` (in a session of several VPs each stream runs and
+//! is charged on its own; a session without that VP runs it on its first,
+//! as `anode experiment transcoder`'s one-VP sessions, one per path, do).
+//! Its entry `ctl` takes `[b'S'][set-up]`
+//! (as `setup`) or `[b'T']` (a tick: as `poll`).
+//!
 //! Each client gets `[seq u32 BE][tier][body]` on its UDP port. Results:
 //! clients served (>= 0); -1 bad input; -2 not set up; -4 the frame is not
 //! in the cache; -5 a pod call failed (after `E_GONE` the cache is bound
@@ -30,14 +40,40 @@
 
 use std::cell::RefCell;
 
-use anode_sdk::{Event, entries};
+use anode_sdk::{Event, entries_init};
 use rusty_mp3::Mp3Encode;
 use rusty_mp3::header::FrameHeader;
 use tc_common::{
     Binding, E_GONE, FRAME_SAMPLES, PCM_BYTES, Setup, Tier, client_packet, i16_to_pcm, seed_of, watermark,
 };
 
-entries! { "setup" => setup, "frame" => frame, "poll" => poll }
+entries_init! { init = init; "setup" => setup, "frame" => frame, "poll" => poll, "ctl" => ctl }
+
+/// Takes this instance's index (a ticket of pod `gold`; 0 without it)
+/// and opens its control channel.
+fn init() {
+    let n = Binding::open("gold.ticket", 8)
+        .ok()
+        .and_then(|mut b| b.call(&[]).ok().and_then(|t| <[u8; 4]>::try_from(t).ok()).map(u32::from_le_bytes))
+        .unwrap_or(0);
+    let n = u16::try_from(n).unwrap_or(u16::MAX);
+    let spec = tc_common::channel_spec(tc_common::PATH_PORT.saturating_add(n));
+    let vp = u8::try_from(n.saturating_add(1)).unwrap_or(u8::MAX);
+    let _ = anode_sdk::net::open_channel_spec(&spec, "ctl", vp);
+}
+
+/// The control channel: `[b'S'][set-up]` or `[b'T']`.
+fn ctl(ev: Event) -> i32 {
+    let mut buf = [0u8; 33];
+    if ev.len > buf.len() {
+        return -1;
+    }
+    match ev.input(&mut buf).split_first() {
+        Some((b'S', s)) => setup_from(s),
+        Some((b'T', [])) => poll_now(),
+        _ => -1,
+    }
+}
 
 /// Entries a cache pod keeps (`tc-cache`'s `SLOTS`).
 const CACHE_SLOTS: u32 = 16;
@@ -68,7 +104,11 @@ fn setup(ev: Event) -> i32 {
     if ev.len > buf.len() {
         return -1;
     }
-    let Some(s) = Setup::parse(ev.input(&mut buf)) else { return -1 };
+    setup_from(ev.input(&mut buf))
+}
+
+fn setup_from(input: &[u8]) -> i32 {
+    let Some(s) = Setup::parse(input) else { return -1 };
     PATH.with(|p| {
         let mut p = p.borrow_mut();
         match (p.as_mut(), s.tier) {
@@ -130,6 +170,10 @@ fn poll(ev: Event) -> i32 {
     if ev.len != 0 {
         return -1;
     }
+    poll_now()
+}
+
+fn poll_now() -> i32 {
     PATH.with(|p| match p.borrow_mut().as_mut() {
         Some(path) => path.poll(),
         None => -2,

@@ -10,20 +10,27 @@
 //!   (rusty_mp3, frame-level, no reservoir), encoded once for every free client.
 //!
 //! Entry `listen` (`[port u16 BE]`) opens a channel for source packets to
-//! that port, delivered to `frame`. Results: 0 done; -1 bad packet; -2 the
+//! that port, delivered to `frame`. On a node, `anode_init` opens one for
+//! [`tc_common::SOURCE_PORT`] (on the session's first VP). Results: 0 done; -1 bad packet; -2 the
 //! frame does not decode to 1,152 stereo samples at 44.1 kHz; -3 a cache
 //! pod refused or is missing (the other tiers were still served).
 //! The module never traps on its input (a test feeds it garbage).
 
 use std::cell::RefCell;
 
-use anode_sdk::{Event, entries};
+use anode_sdk::{Event, entries_init};
 use nanomp3_core::{Channels, Decoder, MAX_SAMPLES_PER_FRAME};
 use rusty_mp3::Mp3Encode;
 use rusty_mp3::header::FrameHeader;
 use tc_common::{Binding, FRAME_SAMPLES, HalfBand, MAX_FRAME, SourceFrame, Tier, pcm_to_i16};
 
-entries! { "frame" => frame, "listen" => listen }
+entries_init! { init = init; "frame" => frame, "listen" => listen }
+
+/// Opens the source channel; a refusal (no `net`, or the port taken) is
+/// left for `listen` to retry.
+fn init() {
+    let _ = anode_sdk::net::open_channel(tc_common::SOURCE_PORT, &[], "frame");
+}
 
 struct Rx {
     dec: Box<Decoder>,

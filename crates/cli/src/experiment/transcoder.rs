@@ -1,0 +1,854 @@
+//! `anode experiment transcoder`: Expert's tiered transcoder (§4-5, issue
+//! 17, docs/transcoder.md) on a testbed of real daemons, a - c.
+//!
+//! Node c runs the transcoder, loaded over the user's SA like any user's
+//! code: the path-based variant (pods `gold`, `silver`, `bronze` of
+//! `tc-cache`, pod `aes` of `tc-aes` with the user as its only client,
+//! `tc-rx`, one `tc-path` per gold or silver stream and one for bronze) or
+//! the all-in-one (`tc-all`). c's `[modules] max_cpu` is raised to
+//! [`MAX_CPU`] (a silver frame is about 10.7 M fuel; the default is 10 M).
+//!
+//! **Wake-ups and VPs.** Each module has its own principal and session
+//! of one VP: `tc-rx` user r's (`--rx-vp`), which gets the source's
+//! packets on a channel (port [`SOURCE`]); `tc-path` `i` user p<i>'s
+//! (`--gold-vp`, `--silver-vp`, `--bronze-vp`). Path instance `n` (in load
+//! order, a ticket of pod `gold`) opens a control channel on port
+//! `7100 + n` (asking for VP `n + 1`, which a one-VP session does not
+//! have: it runs on its session's VP); the harness sends it its set-up
+//! (`S`, then the set-up) and then, every frame time, half a frame after the source
+//! frame, a one-byte tick (`T`) that calls `poll`, which serves every
+//! frame the cache holds that the path has not served yet. (An alarm would
+//! do too; a packet makes the wake-up visible in the channel counters.)
+//! Why a principal each: a principal has one store, and a job that finds
+//! it held by another VP's preempted invocation is dropped by the node
+//! (`jobs_busy`, reported). With all paths one principal's, the bronze
+//! path's tick always found a silver encode preempted and bronze got
+//! nothing. The pods are user u's; the AES pod's access list is the paths'
+//! principals. The all-in-one is one module of u's on one VP
+//! (`--all-vp`), set up on port 7001.
+//!
+//! **Harness.** Node a's application socket: the source sends `[seq][one
+//! 192 kbit/s MP3 frame]` (rusty_mp3, from tones and noise, as the sandbox
+//! test does) every 26.12 ms to c; the clients are ports registered at a,
+//! counted per second and per stream. CPU is node c's process CPU
+//! (`/proc/PID/task/*/schedstat`, ns) over the measured window.
+//!
+//! Steps: `one` (1 gold, 1 silver, 1 bronze, both variants), `table3` (1
+//! gold + 1 bronze + k silver), `fig4` (5 gold + 1 bronze + rising silver).
+//! Nothing here asserts timing: the machine is shared.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anode_daemon::client::Client;
+use anyhow::{Context, Result, anyhow, bail};
+use plotters::prelude::*;
+use serde_json::json;
+
+/// The source's port on c (`tc_common::SOURCE_PORT`).
+const SOURCE: u16 = 7000;
+/// `tc-all`'s set-up port (`tc_common::CLIENT_PORT`).
+const CLIENT_SETUP: u16 = 7001;
+/// `tc-path` instance `n`'s control port is `PATH_PORT + n`.
+const PATH_PORT: u16 = 7100;
+/// The first client port at a.
+const CLIENT_BASE: u16 = 5000;
+/// Fuel per invocation on c, and in every module credential.
+pub const MAX_CPU: u64 = 400_000_000;
+/// One MP3 frame: 1,152 samples at 44.1 kHz.
+const FRAME: Duration = Duration::from_micros(26_122);
+/// Distinct source frames generated (then repeated, with rising seq).
+const DISTINCT: usize = 48;
+
+/// `anode experiment transcoder`.
+#[derive(Debug, clap::Args)]
+pub struct TranscoderArgs {
+    /// Which steps: `one`, `table3`, `fig4` (comma-separated) or `all`.
+    #[arg(long, default_value = "all")]
+    steps: String,
+    /// Seconds of stream per run (the first second is not measured).
+    #[arg(long, default_value_t = 8.0)]
+    seconds: f64,
+    /// Silver streams of Table 3's runs (1 gold + 1 bronze + k silver).
+    #[arg(long, value_delimiter = ',', default_value = "1,3,5")]
+    table3: Vec<u16>,
+    /// Silver streams of Fig. 4's runs (5 gold + 1 bronze + k silver).
+    #[arg(long, value_delimiter = ',', default_value = "0,3,6,9,12,14")]
+    fig4: Vec<u16>,
+    /// The receive path's VP, `SLICE/PERIOD` (it decodes, and encodes
+    /// bronze, once per frame).
+    #[arg(long, default_value = "3ms/26ms")]
+    rx_vp: String,
+    /// Each gold path's VP.
+    #[arg(long, default_value = "500us/26ms")]
+    gold_vp: String,
+    /// Each silver path's VP (a silver frame is about 2.4 ms here, debug build).
+    #[arg(long, default_value = "2500us/26ms")]
+    silver_vp: String,
+    /// Each silver path's VP in Fig. 4: less than a frame's cost, plus
+    /// slack, so that past the admission limit silver streams can still be
+    /// added and the machine saturates.
+    #[arg(long, default_value = "1ms/26ms+extra")]
+    fig4_silver_vp: String,
+    /// The bronze path's VP (with slack).
+    #[arg(long, default_value = "500us/26ms+extra")]
+    bronze_vp: String,
+    /// The all-in-one's VP (the paper's 85 ms/100 ms; this node admits at most 80 %).
+    #[arg(long, default_value = "78ms/100ms")]
+    all_vp: String,
+    /// Directory of the transcoder modules (`scripts/setup` builds them).
+    #[arg(long, default_value = "modules/out")]
+    modules: PathBuf,
+    /// Also write every packet each client received to
+    /// OUT/one-VARIANT/client-PORT.bin (`[len u16 BE][packet]` records),
+    /// with the keys in OUT/one-VARIANT/clients.json (for tests).
+    #[arg(long)]
+    dump: bool,
+    /// Output directory.
+    #[arg(short, long, default_value = "transcoder-out")]
+    out: PathBuf,
+}
+
+/// The tiers (their wire byte).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Tier {
+    Gold = 0,
+    Silver = 1,
+    Bronze = 2,
+}
+
+impl Tier {
+    fn name(self) -> &'static str {
+        match self {
+            Tier::Gold => "gold",
+            Tier::Silver => "silver",
+            Tier::Bronze => "bronze",
+        }
+    }
+}
+
+/// One client stream.
+#[derive(Debug, Clone)]
+struct Stream {
+    tier: Tier,
+    port: u16,
+    key: Option<[u8; 16]>,
+}
+
+/// A client's key: distinct per port, fixed so that a test can decrypt.
+fn key_of(port: u16) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    for (i, b) in k.iter_mut().enumerate() {
+        *b = (port as u8).wrapping_mul(31).wrapping_add(i as u8 * 7) ^ (port >> 8) as u8;
+    }
+    k
+}
+
+fn streams(gold: u16, silver: u16, bronze: u16) -> Vec<Stream> {
+    let mut v = Vec::new();
+    let mut port = CLIENT_BASE;
+    for (tier, n) in [(Tier::Gold, gold), (Tier::Silver, silver), (Tier::Bronze, bronze)] {
+        for _ in 0..n {
+            let key = (tier != Tier::Bronze).then(|| key_of(port));
+            v.push(Stream { tier, port, key });
+            port += 1;
+        }
+    }
+    v
+}
+
+/// The set-up bytes (`tc_common::Setup`): client at a (10.0.0.1).
+fn setup_bytes(s: &Stream) -> Vec<u8> {
+    let mut v = vec![s.tier as u8, 10, 0, 0, 1];
+    v.extend_from_slice(&s.port.to_be_bytes());
+    if let Some(k) = s.key {
+        v.extend_from_slice(&k);
+    }
+    v
+}
+
+/// `n` frames of 192 kbit/s MPEG-1 stereo at 44.1 kHz from two tone
+/// mixtures and a little noise (as crates/sandbox/tests/transcoder.rs).
+pub fn source_frames(n: usize) -> Result<Vec<Vec<u8>>> {
+    let h = rusty_mp3::encoder_header(44_100, 2, 192).map_err(|e| anyhow!("MP3 header: {e:?}"))?;
+    let mut enc = rusty_mp3::Mp3Encode::new();
+    let mut seed = 12345u32;
+    (0..n)
+        .map(|f| {
+            let (mut l, mut r) = (vec![0f32; 1152], vec![0f32; 1152]);
+            for i in 0..1152 {
+                let t = (f * 1152 + i) as f32 / 44_100.0;
+                seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                let noise = ((seed >> 9) as f32 / (1u32 << 23) as f32 - 0.5) * 0.02;
+                let m = |hz: f32| (2.0 * std::f32::consts::PI * hz * t).sin();
+                l[i] = 0.3 * m(220.0) + 0.1 * m(660.0) + noise;
+                r[i] = 0.3 * m(330.0) + 0.1 * m(1100.0) + noise;
+            }
+            enc.encode_frame(&h, &[&l, &r], None).map_err(|e| anyhow!("encoding source frame {f}: {e:?}"))
+        })
+        .collect()
+}
+
+/// A scratch testbed of a - c with c's `max_cpu` raised.
+struct Bed {
+    anode: PathBuf,
+    dir: PathBuf,
+    c_pid: u32,
+}
+
+impl Bed {
+    fn cmd(&self, args: &[&str]) -> Result<String> {
+        let o = Command::new(&self.anode).args(args).output().with_context(|| format!("running anode {args:?}"))?;
+        if !o.status.success() {
+            let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+            bail!("anode {args:?} failed: {text}");
+        }
+        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+    }
+
+    fn p(&self, rel: &str) -> String {
+        self.dir.join(rel).to_string_lossy().into_owned()
+    }
+
+    /// Plans the testbed (`testbed up --configs-only`) and makes the user's
+    /// keys; nothing runs yet.
+    fn plan(anode: PathBuf, dir: PathBuf) -> Result<Bed> {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let bed = Bed { anode, dir, c_pid: 0 };
+        let topo = bed.dir.join("line2.toml");
+        std::fs::write(
+            &topo,
+            "node = [{ name = \"a\", address = \"10.0.0.1\" }, { name = \"c\", address = \"10.0.0.3\" }]\n\
+             link = [{ a = \"a\", b = \"c\" }]\n",
+        )?;
+        for u in ["u", "r"] {
+            bed.cmd(&["keys", "gen", "--name", u, "--out", &bed.p("")])?;
+        }
+        let (t, u, r, tb) = (topo.to_string_lossy().into_owned(), bed.p("u.pub"), bed.p("r.pub"), bed.p("tb"));
+        bed.cmd(&["testbed", "up", &t, "--user", &u, "--user", &r, "--configs-only", "--dir", &tb])?;
+        Ok(bed)
+    }
+
+    /// User `u`'s public key, hex.
+    fn user_hex(&self, u: &str) -> Result<String> {
+        let text = std::fs::read_to_string(self.dir.join(format!("{u}.pub")))?;
+        text.split_whitespace().last().map(str::to_string).ok_or_else(|| anyhow!("empty u.pub"))
+    }
+
+    /// Raises c's `max_cpu`, appends `extra` (sessions, pods, loads) to
+    /// c's config, and starts both nodes as `testbed up` would (so that
+    /// `testbed down` stops them).
+    fn start(&mut self, extra: &str) -> Result<()> {
+        let cfg_path = self.dir.join("tb/c/node.toml");
+        let cfg = std::fs::read_to_string(&cfg_path)?;
+        // The planned config writes every `[modules]` key, `max_cpu` too.
+        let Some(line) = cfg.lines().find(|l| l.starts_with("max_cpu = ")) else {
+            bail!("c's node.toml has no max_cpu line");
+        };
+        let cfg = format!("{}\n{extra}", cfg.replacen(line, &format!("max_cpu = {MAX_CPU}"), 1));
+        std::fs::write(&cfg_path, cfg)?;
+        for n in ["a", "c"] {
+            let nd = self.dir.join("tb").join(n);
+            let _ = std::fs::remove_file(nd.join("app.sock"));
+            let log = std::fs::File::create(nd.join("node.log"))?;
+            let mut cmd = Command::new(&self.anode);
+            cmd.arg("node").arg("--config").arg(nd.join("node.toml"));
+            cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+            std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+            let child = cmd.spawn().with_context(|| format!("starting node {n}"))?;
+            std::fs::write(nd.join("pid"), format!("{}\n", child.id()))?;
+            if n == "c" {
+                self.c_pid = child.id();
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for n in ["a", "c"] {
+            let nd = self.dir.join("tb").join(n);
+            while Client::connect(&nd).is_err() {
+                if Instant::now() > deadline {
+                    bail!("node {n} did not come up: {}", std::fs::read_to_string(nd.join("node.log"))?);
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        Ok(())
+    }
+
+    fn cred(&self, u: &str, name: &str, args: &[&str]) -> Result<String> {
+        let out = self.p(name);
+        let (admin, principal) = (self.p("tb/keys/admin.key"), self.p(&format!("{u}.pub")));
+        let mut a = vec!["cred", "issue", "--admin-key", &admin, "--principal", &principal];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&["-o", &out]);
+        self.cmd(&a)?;
+        Ok(out)
+    }
+
+    /// User `u`'s session (`[[modules.session]]`) with `vps`.
+    fn session(&self, u: &str, vps: &[String]) -> Result<String> {
+        let n = vps.len().to_string();
+        let sc = self.cred(
+            u,
+            &format!("{u}.session"),
+            &[
+                "--kind",
+                "session",
+                "--vp-share",
+                "90%",
+                "--total-share",
+                "95%",
+                "--vps",
+                &n,
+                "--extra",
+                "--heap",
+                "512MiB",
+            ],
+        )?;
+        let vps: Vec<String> = vps.iter().map(|v| format!("{v:?}")).collect();
+        Ok(format!(
+            "[[modules.session]]\nprincipal = \"{}\"\ncredential = {sc:?}\nvp = [{}]\n\n",
+            self.user_hex(u)?,
+            vps.join(", ")
+        ))
+    }
+
+    /// `file` (from the modules directory) as a `[[modules.load]]` or
+    /// `[[modules.pod]]` of user `u`'s.
+    fn load(&self, u: &str, dir: &Path, file: &str, pod: Option<(&str, &[String])>, n: usize) -> Result<String> {
+        let wasm = dir.join(format!("{file}.wasm")).to_string_lossy().into_owned();
+        let cpu = MAX_CPU.to_string();
+        let ifaces = if pod.is_some() { "pod" } else { "net,pod" };
+        let cred = self.cred(
+            u,
+            &format!("{file}-{n}.cred"),
+            &["--kind", "module", "--module", &wasm, "--interface", ifaces, "--cpu", &cpu, "--memory", "32MiB"],
+        )?;
+        Ok(match pod {
+            Some((name, clients)) => {
+                let clients: Vec<String> = clients.iter().map(|c| format!("{c:?}")).collect();
+                let clients =
+                    if clients.is_empty() { String::new() } else { format!("clients = [{}]\n", clients.join(", ")) };
+                format!("[[modules.pod]]\nfile = {wasm:?}\ncredential = {cred:?}\nname = \"{name}\"\n{clients}\n")
+            }
+            None => format!("[[modules.load]]\nfile = {wasm:?}\ncredential = {cred:?}\nname = \"{file}-{n}\"\n\n"),
+        })
+    }
+
+    fn status(&self) -> Result<serde_json::Value> {
+        let rd = self.p("tb/c");
+        serde_json::from_str(&self.cmd(&["status", "--json", "--run-dir", &rd])?).context("JSON of anode status")
+    }
+
+    fn down(&self) {
+        let _ = Command::new(&self.anode).args(["testbed", "down", "--dir"]).arg(self.dir.join("tb")).output();
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        self.down();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Node c's CPU so far, ns (every thread of its process).
+fn node_cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()))
+        .sum()
+}
+
+/// The path-based or the all-in-one variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    Path,
+    All,
+}
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Variant::Path => "path-based",
+            Variant::All => "all-in-one",
+        }
+    }
+}
+
+/// What one run measured.
+#[derive(Debug)]
+struct RunResult {
+    variant: Variant,
+    streams: Vec<Stream>,
+    /// Frames sent in the measured window.
+    sent: u64,
+    /// Per client port: distinct frames of the measured window received,
+    /// and payload bytes (after the 5-byte header) of those.
+    got: BTreeMap<u16, (u64, u64)>,
+    /// Per client port, per second since the start: frames received.
+    per_second: BTreeMap<u16, Vec<u64>>,
+    window_s: f64,
+    cpu_ns: u64,
+    load1: String,
+    counters: serde_json::Value,
+}
+
+impl RunResult {
+    /// CPU % of one core over the window.
+    fn cpu_pct(&self) -> f64 {
+        self.cpu_ns as f64 / 1e7 / self.window_s
+    }
+    /// The smallest fraction of the window's frames any client received.
+    fn min_fraction(&self) -> f64 {
+        self.got.values().map(|g| g.0 as f64 / self.sent.max(1) as f64).fold(1.0, f64::min)
+    }
+    /// Mean received rate of a tier's streams, kbit/s of payload.
+    fn tier_kbps(&self, tier: Tier) -> Option<f64> {
+        let v: Vec<f64> = self
+            .streams
+            .iter()
+            .filter(|s| s.tier == tier)
+            .map(|s| self.got.get(&s.port).map_or(0.0, |g| g.1 as f64 * 8.0 / 1e3 / self.window_s))
+            .collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    }
+}
+
+/// Shared state of the receiver thread.
+#[derive(Default)]
+struct Rx {
+    /// Per port: seq -> body length (first copy only).
+    seen: BTreeMap<u16, BTreeMap<u32, usize>>,
+    /// Per port: (arrival since start, s) of each packet.
+    arrivals: BTreeMap<u16, Vec<f64>>,
+    dump: BTreeMap<u16, Vec<u8>>,
+}
+
+/// One run on a fresh testbed.
+fn run_one(
+    a: &TranscoderArgs,
+    variant: Variant,
+    streams: Vec<Stream>,
+    silver_vp: &str,
+    dump: Option<&Path>,
+) -> Result<RunResult> {
+    let anode = std::env::current_exe().context("locating the anode executable")?;
+    let work = std::env::temp_dir().join(format!("anode-transcoder-{}", std::process::id()));
+    let mut bed = Bed::plan(anode, work)?;
+    let c_log = bed.dir.join("tb/c/node.log");
+    let modules = std::fs::canonicalize(&a.modules)
+        .with_context(|| format!("{} (build the modules with scripts/setup)", a.modules.display()))?;
+    let paths: Vec<&Stream> = {
+        let mut v: Vec<&Stream> = streams.iter().filter(|s| s.tier != Tier::Bronze).collect();
+        v.extend(streams.iter().find(|s| s.tier == Tier::Bronze));
+        v
+    };
+    // `anode module load` carries a module in one control datagram (at
+    // most 64 KiB): the codecs are larger, so c loads them from its config.
+    let mut extra = String::new();
+    match variant {
+        Variant::Path => {
+            // The receive path is user r's and path i user p<i>'s: each in
+            // its own session of one VP, hence its own store.
+            extra.push_str(&bed.session("r", std::slice::from_ref(&a.rx_vp))?);
+            let mut owners = Vec::new();
+            for (i, s) in paths.iter().enumerate() {
+                let p = format!("p{i}");
+                bed.cmd(&["keys", "gen", "--name", &p, "--out", &bed.p("")])?;
+                let vp: &str = match s.tier {
+                    Tier::Gold => &a.gold_vp,
+                    Tier::Silver => silver_vp,
+                    Tier::Bronze => &a.bronze_vp,
+                };
+                extra.push_str(&bed.session(&p, &[vp.to_string()])?);
+                owners.push(bed.user_hex(&p)?);
+            }
+            for (i, pod) in ["gold", "silver", "bronze"].iter().enumerate() {
+                extra.push_str(&bed.load("u", &modules, "tc-cache", Some((pod, &[])), i)?);
+            }
+            extra.push_str(&bed.load("u", &modules, "tc-aes", Some(("aes", &owners)), 0)?);
+            extra.push_str(&bed.load("r", &modules, "tc-rx", None, 0)?);
+            for i in 0..paths.len() {
+                extra.push_str(&bed.load(&format!("p{i}"), &modules, "tc-path", None, i)?);
+            }
+        }
+        Variant::All => {
+            extra.push_str(&bed.session("u", std::slice::from_ref(&a.all_vp))?);
+            extra.push_str(&bed.load("u", &modules, "tc-all", None, 0)?);
+        }
+    }
+    bed.start(&extra)?;
+    // The clients at a.
+    let c = Ipv4Addr::new(10, 0, 0, 3);
+    let mut rxc = Client::connect(bed.dir.join("tb/a")).map_err(|e| anyhow!("a's application socket: {e}"))?;
+    for s in &streams {
+        rxc.register(s.port).map_err(|e| anyhow!("registering port {} at a: {e}", s.port))?;
+    }
+    let mut tx = Client::connect(bed.dir.join("tb/a")).map_err(|e| anyhow!("a's application socket: {e}"))?;
+    // The a - c link's SA comes up a moment after the nodes start.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while let Err(e) = tx.plain(c, 9, 64, b"hello") {
+        if Instant::now() > deadline {
+            let log = std::fs::read_to_string(&c_log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(5).collect();
+            bail!("a cannot send to c: {e}; c's log ends: {tail:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Set-ups, then a moment for them to run.
+    match variant {
+        Variant::Path => {
+            let mut bronze_path = None;
+            let mut n = 0u16;
+            for s in &streams {
+                let idx = match (s.tier, bronze_path) {
+                    (Tier::Bronze, Some(i)) => i,
+                    (Tier::Bronze, None) => {
+                        bronze_path = Some(paths.len() as u16 - 1);
+                        paths.len() as u16 - 1
+                    }
+                    _ => {
+                        n += 1;
+                        n - 1
+                    }
+                };
+                let mut p = vec![b'S'];
+                p.extend_from_slice(&setup_bytes(s));
+                tx.plain(c, PATH_PORT + idx, 64, &p).map_err(|e| anyhow!("set-up: {e}"))?;
+            }
+        }
+        Variant::All => {
+            for s in &streams {
+                tx.plain(c, CLIENT_SETUP, 64, &setup_bytes(s)).map_err(|e| anyhow!("set-up: {e}"))?;
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let frames = source_frames(DISTINCT)?;
+    let n = (a.seconds / FRAME.as_secs_f64()).round() as u32;
+    let warm = (1.0 / FRAME.as_secs_f64()).round() as u32;
+    let state = Arc::new(Mutex::new(Rx::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let keep = dump.is_some();
+    let receiver = {
+        let (state, stop) = (state.clone(), stop.clone());
+        std::thread::spawn(move || -> Result<()> {
+            while !stop.load(Ordering::Relaxed) {
+                let Some((port, p)) = rxc.recv(Duration::from_millis(50)).map_err(|e| anyhow!("receiving: {e}"))?
+                else {
+                    continue;
+                };
+                let at = start.elapsed().as_secs_f64();
+                let mut r = state.lock().map_err(|_| anyhow!("poisoned"))?;
+                if keep {
+                    let d = r.dump.entry(port).or_default();
+                    d.extend_from_slice(&(p.len() as u16).to_be_bytes());
+                    d.extend_from_slice(&p);
+                }
+                r.arrivals.entry(port).or_default().push(at);
+                if p.len() > 5 {
+                    let seq = u32::from_be_bytes([p[0], p[1], p[2], p[3]]);
+                    r.seen.entry(port).or_default().entry(seq).or_insert(p.len() - 5);
+                }
+            }
+            Ok(())
+        })
+    };
+    let ticks: Vec<u16> = match variant {
+        Variant::Path => (0..paths.len() as u16).map(|i| PATH_PORT + i).collect(),
+        Variant::All => Vec::new(),
+    };
+    let (mut cpu0, mut t0) = (0, start);
+    for i in 0..n {
+        if i == warm {
+            cpu0 = node_cpu_ns(bed.c_pid);
+            t0 = Instant::now();
+        }
+        let due = start + FRAME * i;
+        if let Some(d) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(d);
+        }
+        let mut p = i.to_be_bytes().to_vec();
+        p.extend_from_slice(frames.get(i as usize % DISTINCT).map_or(&[][..], |f| f));
+        if let Err(e) = tx.plain(c, SOURCE, 64, &p) {
+            // Seen once: a's application socket reset; connect again, once.
+            eprintln!("sending frame {i}: {e}; connecting again");
+            tx = Client::connect(bed.dir.join("tb/a")).map_err(|e| anyhow!("a's application socket: {e}"))?;
+            tx.plain(c, SOURCE, 64, &p).map_err(|e| anyhow!("sending frame {i}: {e}"))?;
+        }
+        if !ticks.is_empty() {
+            let due = due + FRAME / 2;
+            if let Some(d) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(d);
+            }
+            for &t in &ticks {
+                tx.plain(c, t, 64, b"T").map_err(|e| anyhow!("tick: {e}"))?;
+            }
+        }
+    }
+    // The window ends a frame after the last one.
+    std::thread::sleep(FRAME);
+    let (cpu1, t1) = (node_cpu_ns(bed.c_pid), Instant::now());
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    receiver.join().map_err(|_| anyhow!("the receiver thread panicked"))??;
+    let load1 = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load1 = load1.split_whitespace().next().unwrap_or("?").to_string();
+    let counters = bed
+        .status()
+        .map(|s| json!({"jobs_busy": s["rcane"]["counters"]["jobs_busy"], "channels": s["modules"]["channels"]}))
+        .unwrap_or(serde_json::Value::Null);
+    let r = state.lock().map_err(|_| anyhow!("poisoned"))?;
+    let mut got = BTreeMap::new();
+    let mut per_second = BTreeMap::new();
+    for s in &streams {
+        let seen = r.seen.get(&s.port);
+        let in_window: Vec<usize> = seen.map(|m| m.range(warm..n).map(|(_, l)| *l).collect()).unwrap_or_default();
+        got.insert(s.port, (in_window.len() as u64, in_window.iter().map(|l| *l as u64).sum()));
+        let mut secs = vec![0u64; a.seconds.ceil() as usize + 1];
+        for t in r.arrivals.get(&s.port).into_iter().flatten() {
+            if let Some(c) = secs.get_mut(*t as usize) {
+                *c += 1;
+            }
+        }
+        per_second.insert(s.port, secs);
+    }
+    if let Some(d) = dump {
+        std::fs::create_dir_all(d)?;
+        for (port, bytes) in &r.dump {
+            std::fs::write(d.join(format!("client-{port}.bin")), bytes)?;
+        }
+        let clients: Vec<serde_json::Value> = streams
+            .iter()
+            .map(|s| {
+                json!({"port": s.port, "tier": s.tier.name(),
+                       "key": s.key.map(|k| k.iter().map(|b| format!("{b:02x}")).collect::<String>())})
+            })
+            .collect();
+        std::fs::write(d.join("clients.json"), serde_json::to_string_pretty(&json!({"clients": clients}))?)?;
+    }
+    let logs = std::fs::read_to_string(bed.dir.join("tb/c/node.log")).unwrap_or_default();
+    if let Some(d) = dump {
+        std::fs::write(d.join("node-c.log"), logs)?;
+        std::fs::write(d.join("node-c-status.json"), serde_json::to_string_pretty(&counters)?)?;
+    }
+    Ok(RunResult {
+        variant,
+        streams,
+        sent: u64::from(n - warm),
+        got,
+        per_second,
+        window_s: t1.duration_since(t0).as_secs_f64(),
+        cpu_ns: cpu1.saturating_sub(cpu0),
+        load1,
+        counters,
+    })
+}
+
+fn summary_line(r: &RunResult) -> String {
+    let tiers: Vec<String> = [Tier::Gold, Tier::Silver, Tier::Bronze]
+        .iter()
+        .filter_map(|t| r.tier_kbps(*t).map(|k| format!("{} {k:.1} kbit/s", t.name())))
+        .collect();
+    format!(
+        "{} {} streams: CPU {:.1} %, min received {:.3}, {}; load {}; jobs_busy {}",
+        r.variant.name(),
+        r.streams.len(),
+        r.cpu_pct(),
+        r.min_fraction(),
+        tiers.join(", "),
+        r.load1,
+        r.counters["jobs_busy"]
+    )
+}
+
+fn count(r: &RunResult, t: Tier) -> usize {
+    r.streams.iter().filter(|s| s.tier == t).count()
+}
+
+fn csv_row(r: &RunResult) -> String {
+    let k = |t| r.tier_kbps(t).map_or(String::new(), |v| format!("{v:.2}"));
+    format!(
+        "{},{},{},{},{:.3},{:.2},{:.4},{},{},{},{},{}\n",
+        r.variant.name(),
+        count(r, Tier::Gold),
+        count(r, Tier::Silver),
+        count(r, Tier::Bronze),
+        r.window_s,
+        r.cpu_pct(),
+        r.min_fraction(),
+        k(Tier::Gold),
+        k(Tier::Silver),
+        k(Tier::Bronze),
+        r.load1,
+        r.counters["jobs_busy"]
+    )
+}
+
+const HEADER: &str = "variant,gold,silver,bronze,window_s,cpu_pct,min_received_fraction,gold_kbps,silver_kbps,bronze_kbps,load1,jobs_busy\n";
+
+/// `anode experiment transcoder`.
+pub fn run(a: TranscoderArgs) -> Result<std::process::ExitCode> {
+    if !(2.0..=120.0).contains(&a.seconds) {
+        bail!("--seconds must be 2..=120");
+    }
+    let steps: Vec<&str> = a.steps.split(',').map(str::trim).collect();
+    let all = steps.contains(&"all");
+    for s in &steps {
+        if !["all", "one", "table3", "fig4"].contains(s) {
+            bail!("--steps: unknown step {s:?} (one, table3, fig4, all)");
+        }
+    }
+    if a.table3.iter().chain(&a.fig4).any(|k| *k > 16) {
+        bail!("at most 16 silver streams");
+    }
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    if all || steps.contains(&"one") {
+        let mut csv = String::from(HEADER);
+        let mut per_sec = String::from("variant,port,tier,second,frames\n");
+        for v in [Variant::Path, Variant::All] {
+            let dump = a.dump.then(|| a.out.join(format!("one-{}", v.name())));
+            let r = run_one(&a, v, streams(1, 1, 1), &a.silver_vp, dump.as_deref())?;
+            eprintln!("one: {}", summary_line(&r));
+            csv.push_str(&csv_row(&r));
+            for s in &r.streams {
+                for (sec, f) in r.per_second.get(&s.port).into_iter().flatten().enumerate() {
+                    per_sec.push_str(&format!("{},{},{},{sec},{f}\n", v.name(), s.port, s.tier.name()));
+                }
+            }
+        }
+        write(&a.out, "transcoder-one.csv", &csv)?;
+        write(&a.out, "transcoder-one-per-second.csv", &per_sec)?;
+    }
+    if all || steps.contains(&"table3") {
+        let mut rows = Vec::new();
+        let mut csv = String::from(HEADER);
+        for &k in &a.table3 {
+            for v in [Variant::Path, Variant::All] {
+                let r = run_one(&a, v, streams(1, k, 1), &a.silver_vp, None)?;
+                eprintln!("table3 k={k}: {}", summary_line(&r));
+                csv.push_str(&csv_row(&r));
+                rows.push(r);
+            }
+        }
+        write(&a.out, "transcoder-table3.csv", &csv)?;
+        plot_table3(&rows, &a.out.join("transcoder-table3.png"))?;
+    }
+    if all || steps.contains(&"fig4") {
+        let mut rows = Vec::new();
+        let mut csv = String::from(HEADER);
+        for &k in &a.fig4 {
+            for v in [Variant::Path, Variant::All] {
+                let r = run_one(&a, v, streams(5, k, 1), &a.fig4_silver_vp, None)?;
+                eprintln!("fig4 k={k}: {}", summary_line(&r));
+                csv.push_str(&csv_row(&r));
+                rows.push(r);
+            }
+        }
+        write(&a.out, "transcoder-fig4.csv", &csv)?;
+        plot_fig4(&rows, &a.out.join("transcoder-fig4.png"))?;
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> Result<()> {
+    let p = dir.join(name);
+    std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
+    eprintln!("wrote {}", p.display());
+    Ok(())
+}
+
+const BLUE: RGBColor = RGBColor(31, 119, 180);
+const RED: RGBColor = RGBColor(214, 39, 40);
+const GREEN: RGBColor = RGBColor(44, 160, 44);
+
+/// Table 3: CPU % against silver streams, both variants.
+fn plot_table3(rows: &[RunResult], out: &Path) -> Result<()> {
+    super::plot::register_font()?;
+    let root = BitMapBackend::new(out, (900, 560)).into_drawing_area();
+    let e = |e: &dyn std::fmt::Display| anyhow!("drawing {}: {e}", out.display());
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let xmax = rows.iter().map(|r| count(r, Tier::Silver)).max().unwrap_or(1) as f64 + 0.5;
+    let ymax = rows.iter().map(RunResult::cpu_pct).fold(10.0, f64::max) * 1.15;
+    let mut c = ChartBuilder::on(&root)
+        .caption("Table 3: node CPU, 1 gold + 1 bronze + k silver (% of one core)", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0f64..xmax, 0f64..ymax)
+        .map_err(|x| e(&x))?;
+    c.configure_mesh().x_desc("silver streams").y_desc("CPU %").draw().map_err(|x| e(&x))?;
+    for (v, col) in [(Variant::Path, BLUE), (Variant::All, RED)] {
+        let pts: Vec<(f64, f64)> =
+            rows.iter().filter(|r| r.variant == v).map(|r| (count(r, Tier::Silver) as f64, r.cpu_pct())).collect();
+        c.draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
+            .map_err(|x| e(&x))?
+            .label(v.name())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
+        c.draw_series(pts.into_iter().map(|p| Circle::new(p, 4, col.filled()))).map_err(|x| e(&x))?;
+    }
+    super::plot::legend(&mut c, SeriesLabelPosition::UpperLeft, 14).map_err(|x| e(&x))?;
+    root.present().map_err(|x| e(&x))?;
+    Ok(())
+}
+
+/// Fig. 4: per-tier received rate against silver streams, both variants.
+fn plot_fig4(rows: &[RunResult], out: &Path) -> Result<()> {
+    super::plot::register_font()?;
+    let root = BitMapBackend::new(out, (900, 560)).into_drawing_area();
+    let e = |e: &dyn std::fmt::Display| anyhow!("drawing {}: {e}", out.display());
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let xmax = rows.iter().map(|r| count(r, Tier::Silver)).max().unwrap_or(1) as f64 + 0.5;
+    let mut c = ChartBuilder::on(&root)
+        .caption("Fig. 4: received rate per stream, 5 gold + 1 bronze + k silver", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0f64..xmax, 0f64..220f64)
+        .map_err(|x| e(&x))?;
+    c.configure_mesh().x_desc("silver streams").y_desc("kbit/s (payload)").draw().map_err(|x| e(&x))?;
+    for (t, col) in [(Tier::Gold, BLUE), (Tier::Silver, GREEN), (Tier::Bronze, RED)] {
+        for v in [Variant::Path, Variant::All] {
+            let pts: Vec<(f64, f64)> = rows
+                .iter()
+                .filter(|r| r.variant == v)
+                .filter_map(|r| r.tier_kbps(t).map(|k| (count(r, Tier::Silver) as f64, k)))
+                .collect();
+            let style = if v == Variant::Path { col.stroke_width(2) } else { col.mix(0.5).stroke_width(1) };
+            c.draw_series(LineSeries::new(pts.clone(), style))
+                .map_err(|x| e(&x))?
+                .label(format!("{}, {}", t.name(), v.name()))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+            c.draw_series(pts.into_iter().map(|p| Circle::new(p, 3, style))).map_err(|x| e(&x))?;
+        }
+    }
+    super::plot::legend(&mut c, SeriesLabelPosition::LowerLeft, 13).map_err(|x| e(&x))?;
+    root.present().map_err(|x| e(&x))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn each_encrypted_client_gets_its_own_key_and_setups_parse_as_the_modules_expect() {
+        let s = streams(2, 3, 2);
+        assert_eq!(s.len(), 7);
+        let keys: std::collections::BTreeSet<_> = s.iter().filter_map(|s| s.key).collect();
+        assert_eq!(keys.len(), 5, "gold and silver have distinct keys, bronze none");
+        let b = setup_bytes(&s[0]);
+        assert_eq!((b.len(), b[0], &b[1..5], u16::from_be_bytes([b[5], b[6]])), (23, 0, &[10, 0, 0, 1][..], 5000));
+        assert_eq!(setup_bytes(&s[6]).len(), 7);
+    }
+}
