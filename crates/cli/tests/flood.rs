@@ -310,15 +310,21 @@ fn hostile_kinds() -> Vec<Kind> {
 fn udp_queue(port: u16) -> Option<(u64, u64)> {
     let t = std::fs::read_to_string("/proc/net/udp").ok()?;
     let local = format!("0100007F:{port:04X}");
-    t.lines().skip(1).find_map(|l| {
+    // With N workers b has N sockets on the port (SO_REUSEPORT) and the
+    // kernel hashes the flood to one of them: the fullest queue, and the
+    // drops of all.
+    let mut found: Option<(u64, u64)> = None;
+    for l in t.lines().skip(1) {
         let f: Vec<&str> = l.split_whitespace().collect();
         if f.get(1) != Some(&local.as_str()) {
-            return None;
+            continue;
         }
         let rx_queue = u64::from_str_radix(f.get(4)?.split(':').nth(1)?, 16).ok()?;
-        let drops = f.last()?.parse().ok()?;
-        Some((rx_queue, drops))
-    })
+        let drops: u64 = f.last()?.parse().ok()?;
+        let (q, d) = found.unwrap_or((0, 0));
+        found = Some((q.max(rx_queue), d + drops));
+    }
+    found
 }
 
 /// A `/proc/<pid>/status` field in kB (VmRSS, VmHWM).

@@ -113,3 +113,27 @@ impl Drop for Testbed {
         self.down();
     }
 }
+
+/// The first of `n` consecutive free UDP ports on 127.0.0.1, below the
+/// kernel's ephemeral range, for `anode testbed up --configs-only
+/// --base-port` when the experiment starts the nodes itself (without
+/// `--base-port` those configs listen from 7000, which another testbed
+/// may hold).
+pub(crate) fn free_base(n: u16) -> Result<u16> {
+    let floor = anode_daemon::ports::ephemeral_floor();
+    for _ in 0..64 {
+        let held = anode_daemon::ports::reserve_loopback(1).context("reserving a loopback port")?;
+        let base = held.first().and_then(|s| s.local_addr().ok()).map(|a| a.port()).unwrap_or(0);
+        drop(held);
+        if base == 0 || u32::from(base) + u32::from(n) > u32::from(floor) {
+            continue;
+        }
+        let block: Vec<_> = (base..base + n)
+            .map_while(|p| std::net::UdpSocket::bind((std::net::Ipv4Addr::LOCALHOST, p)).ok())
+            .collect();
+        if block.len() == usize::from(n) {
+            return Ok(base);
+        }
+    }
+    bail!("no block of {n} free loopback UDP ports")
+}

@@ -231,7 +231,21 @@ impl Bed {
             bed.cmd(&["keys", "gen", "--name", u, "--out", &bed.p("")])?;
         }
         let (t, u, r, tb) = (topo.to_string_lossy().into_owned(), bed.p("u.pub"), bed.p("r.pub"), bed.p("tb"));
-        bed.cmd(&["testbed", "up", &t, "--user", &u, "--user", &r, "--configs-only", "--dir", &tb])?;
+        let base = super::bed::free_base(2)?.to_string();
+        bed.cmd(&[
+            "testbed",
+            "up",
+            &t,
+            "--user",
+            &u,
+            "--user",
+            &r,
+            "--configs-only",
+            "--base-port",
+            &base,
+            "--dir",
+            &tb,
+        ])?;
         Ok(bed)
     }
 
