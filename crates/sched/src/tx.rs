@@ -706,24 +706,12 @@ mod tests {
     /// `from` to `to`, waking exactly when it asks (a perfect timer):
     /// returns each packet's (key, start, link ns).
     fn run(l: &mut LinkSched<u32, u32>, flood: &[u32], from: u64, to: u64) -> Vec<(u32, u64, u64)> {
-        let mut sent = Vec::new();
-        let mut now = from;
-        while now < to {
-            for &k in flood {
-                while l.client(&k).is_none_or(|s| s.queued_packets < 4) {
-                    l.enqueue(k, PKT, 0, now).unwrap();
-                }
-            }
-            while let Some(r) = l.poll(now) {
-                sent.push((r.key, r.start_ns, l.link_ns(r.len)));
-            }
-            now = l.next_due(now).unwrap();
-        }
-        sent
+        run_late(l, flood, from, to, 0)
     }
 
     /// [`run`] with a caller that wakes `late_ns` after each time the link
-    /// asks for (timer slack, a busy machine), polling everything due then.
+    /// asks for (timer slack, a busy machine), polling everything due then
+    /// (a due time before `now` is `now`: the link's time never goes back).
     fn run_late(l: &mut LinkSched<u32, u32>, flood: &[u32], from: u64, to: u64, late_ns: u64) -> Vec<(u32, u64, u64)> {
         let mut sent = Vec::new();
         let mut now = from;
