@@ -112,6 +112,14 @@ impl<E> Pool<E> {
         Some(e)
     }
 
+    /// The event [`take`](Self::take) would return next, left queued.
+    pub fn peek(&self) -> Option<&E> {
+        if self.in_progress >= self.spec.max_in_progress {
+            return None;
+        }
+        self.queue.front()
+    }
+
     /// Marks one event in progress as finished. Returns `false` if none was.
     pub fn finish(&mut self) -> bool {
         if self.in_progress == 0 {

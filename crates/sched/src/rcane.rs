@@ -1011,6 +1011,12 @@ impl<E> Rcane<E> {
         Ok(p.take())
     }
 
+    /// The event [`take_event`](Self::take_event) would return next from
+    /// `pool`, left queued (`None` for an unknown pool).
+    pub fn peek_event(&self, pool: PoolId) -> Option<&E> {
+        self.pools.get(pool).ok()?.peek()
+    }
+
     /// Marks one event of `pool` in progress as finished; the VP stops being
     /// runnable when none of its pools has a backlog.
     ///

@@ -27,9 +27,10 @@
 //! one heap account) and in TWO sessions of two principals (each channel
 //! on its session's VP 0).
 //!
-//! In one session B can lose a request three ways, each counted by the
-//! node: its job is dropped because A's preempted invocation holds the
-//! principal's one store (`rcane.counters.jobs_busy`); its packet is not
+//! In one session B loses service to A three ways, each counted by the
+//! node: its VP first runs A's preempted invocation, which holds the
+//! principal's one store, on B's budget (`rcane.counters.jobs_helped`:
+//! RCANE's B doing A's collector work, so B is late); its packet is not
 //! queued because A has filled the shared heap account, which queued
 //! packets are charged to (`dropped_full` on B's channel); or it runs but
 //! its 64 KiB result is refused (its reply says so).
@@ -38,9 +39,10 @@
 //! (two overlay hops and both nodes' processing), whether a reply came at
 //! all, whether B's allocation was refused; per period, the CPU B's VP
 //! received (the node's period log); after the run, the node's counters
-//! (`rcane.counters.jobs_busy`: jobs dropped because their principal's
-//! store was held by another suspended invocation; B's channel's drops;
-//! the heap accounts' refusals).
+//! (`rcane.counters.jobs_helped`: suspended invocations run by another VP
+//! of their principal whose job needed the store; `jobs_busy`: jobs
+//! dropped for a busy store, none since; B's channel's drops; the heap
+//! accounts' refusals).
 //!
 //! Writes `fig16-node.csv` (one row per B request), `fig16-node-periods.csv`
 //! (one row per period of B's VP), `fig16-node-summary.json` and
@@ -518,6 +520,7 @@ fn scenario(a: &Fig16NodeArgs, shared: bool, work: &Path) -> Result<Outcome> {
     };
     let counters = json!({
         "jobs_busy": status["rcane"]["counters"]["jobs_busy"],
+        "jobs_helped": status["rcane"]["counters"]["jobs_helped"],
         "rcane": status["rcane"]["counters"],
         "a": part(A_FIFO),
         "b": part(DEFAULT_FIFO),
@@ -581,7 +584,7 @@ pub fn run(a: Fig16NodeArgs) -> Result<std::process::ExitCode> {
             o.name,
             phase(&o, true),
             o.name,
-            json!({"jobs_busy": o.counters["jobs_busy"]})
+            json!({"jobs_busy": o.counters["jobs_busy"], "jobs_helped": o.counters["jobs_helped"]})
         );
         all.push(o);
     }

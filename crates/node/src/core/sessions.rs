@@ -34,8 +34,13 @@ pub struct SchedCounters {
     /// Jobs refused because their pool was full.
     pub jobs_refused_full: u64,
     /// Jobs dropped because another task of the same principal held its
-    /// store on another VP.
+    /// store on another VP (none since such a task is run by the job's VP
+    /// first: `jobs_helped`; kept for a store held in any other way).
     pub jobs_busy: u64,
+    /// Tasks suspended on one VP and run by another VP of the same
+    /// principal, whose next job needed the store they held (RCANE's
+    /// shared session: one VP does another's work, on its own budget).
+    pub jobs_helped: u64,
     /// Jobs finished (including refusals by the sandbox).
     pub jobs_done: u64,
     /// Dispatches run.
@@ -527,6 +532,44 @@ impl Node {
                 Some(x) => x,
                 None => {
                     let Some(pool) = s.rcane.pools_with_work(d.vp).next() else { break };
+                    // A session's VPs share its principal's store (its heap):
+                    // when the next job's store is held by an invocation
+                    // suspended on another VP, this VP runs that invocation
+                    // first, on its own budget, rather than dropping the job.
+                    // It is RCANE's one-session case of Fig. 16: B does A's
+                    // work and is served late. Only one principal's VPs can
+                    // help each other: another principal has its own store.
+                    let holder = match (s.rcane.peek_event(pool), self.modules.as_ref()) {
+                        (Some(job), Some(m)) => m.sb.job_principal(job),
+                        _ => None,
+                    };
+                    if let Some(p) = holder
+                        && let Some(s) = self.sched.as_mut()
+                        && let Some((other_vp, other_pool, task)) = s.take_suspended_of(p)
+                    {
+                        s.counters.jobs_helped += 1;
+                        let step = self.with_sandbox(now_ms, out, |sb, _, a| sb.resume(task, keep_going, a));
+                        let Some(s) = self.sched.as_mut() else { break };
+                        match step {
+                            Some(Step::Yielded(t)) => {
+                                s.counters.preemptions += 1;
+                                s.suspended.insert(other_vp, (other_pool, t));
+                                break;
+                            }
+                            _ => {
+                                s.job_done(other_pool);
+                                let now_ns = s.rcane.sched().now();
+                                let _ = s.rcane.set_busy(other_vp, false, now_ns);
+                                done += 1;
+                                self.post_due_jobs(now_ms, out);
+                                if !keep_going() {
+                                    break;
+                                }
+                                continue;
+                            }
+                        }
+                    }
+                    let Some(s) = self.sched.as_mut() else { break };
                     let job = match s.rcane.take_event(d, pool) {
                         Ok(Some(j)) => j,
                         _ => break,
