@@ -146,8 +146,9 @@ impl Offload {
     }
 
     /// Sends `iovs` (one datagram each, all to `to`, a run as
-    /// [`gso_run`] finds it) as one GSO message on `iface`. `Ok(false)`:
-    /// the kernel refused the run as such, send it datagram by datagram.
+    /// [`gso_run`] finds it) as one GSO message on `iface`. `Some(true)`:
+    /// sent; `Some(false)`: dropped (counted, logged); `None`: the kernel
+    /// refused the run as such, send it datagram by datagram.
     pub(crate) fn send_run(
         &mut self,
         sock: &UdpSocket,
@@ -156,7 +157,7 @@ impl Offload {
         droplog: &mut DropLog,
         iovs: &[[IoSlice<'_>; 1]],
         to: &SockaddrStorage,
-    ) -> bool {
+    ) -> Option<bool> {
         let n = iovs.len().min(GSO_MAX_SEGMENTS);
         let mut flat = [IoSlice::new(&[]); GSO_MAX_SEGMENTS];
         for (f, io) in flat.iter_mut().zip(&iovs[..n]) {
@@ -175,7 +176,7 @@ impl Offload {
                         tally.count(iface, io[0].len(), false);
                     }
                     droplog.tx_error = Some(format!("GSO run of {n} to {to} not sent"));
-                    return true;
+                    return Some(false);
                 }
                 Ok(_) => {
                     self.counters.gso_sends += 1;
@@ -183,7 +184,7 @@ impl Offload {
                     for io in &iovs[..n] {
                         tally.count(iface, io[0].len(), true);
                     }
-                    return true;
+                    return Some(true);
                 }
                 Err(Errno::EINTR) => {}
                 Err(Errno::EIO) => {
@@ -193,11 +194,11 @@ impl Offload {
                         *g = 0;
                     }
                     self.counters.gso_fallbacks += 1;
-                    return false;
+                    return None;
                 }
                 Err(Errno::EINVAL | Errno::EMSGSIZE | Errno::ENOTSUP) => {
                     self.counters.gso_fallbacks += 1;
-                    return false;
+                    return None;
                 }
                 Err(e) => {
                     // EAGAIN (the socket buffer is full) and the rest: the
@@ -206,7 +207,7 @@ impl Offload {
                         tally.count(iface, io[0].len(), false);
                     }
                     droplog.tx_error = Some(format!("{e} (GSO run of {n} to {to})"));
-                    return true;
+                    return Some(false);
                 }
             }
         }

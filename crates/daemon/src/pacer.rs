@@ -295,8 +295,75 @@ impl Link {
 /// its pacing driven by hand (`udp_ready`, `pace`), without the event loop.
 #[cfg(test)]
 mod tests {
+    use crate::daemon::{Daemon, Options};
     use crate::udp::offload_tests::{line, plain};
+    use anode_node::config::NodeConfig;
+    use std::net::UdpSocket;
     use std::time::Duration;
+
+    /// What the paced east link has charged to Best-Effort's session.
+    fn best_effort_tx(d: &mut Daemon) -> u64 {
+        let now = d.now_ns();
+        let s = d.node.sessions_json(now).expect("rcane on");
+        let be = s["sessions"].as_array().expect("sessions").iter().find(|s| s["owner"] == "best-effort").cloned();
+        be.expect("Best-Effort's session")["charges"]["tx_packets"].as_u64().expect("tx_packets")
+    }
+
+    #[test]
+    fn a_datagram_the_kernel_refuses_on_a_paced_link_is_not_charged() {
+        // b forwards west to east; east is paced and RCANE is on. With c at
+        // the broadcast address the kernel refuses every send (EACCES, no
+        // SO_BROADCAST); with c on loopback it takes them.
+        let key = anode_sec::Identity::from_seed(&[3; 32]).public().to_string();
+        for refused in [true, false] {
+            let a = UdpSocket::bind("127.0.0.1:0").expect("bind a");
+            let c = UdpSocket::bind("127.0.0.1:0").expect("bind c");
+            let free: Vec<u16> = crate::ports::reserve_loopback(2)
+                .expect("free ports")
+                .iter()
+                .map(|s| s.local_addr().expect("addr").port())
+                .collect();
+            let run_dir = std::env::temp_dir().join(format!("anode-pacer-refused-{refused}-{}", std::process::id()));
+            let to = if refused { "255.255.255.255:9".to_string() } else { c.local_addr().expect("c").to_string() };
+            let cfg = NodeConfig::from_toml(&format!(
+                "address = \"10.0.0.2\"\nrun_dir = \"{}\"\n\
+                 [[interface]]\nname = \"west\"\nlisten = \"127.0.0.1:{}\"\n\
+                 neighbors = [{{ address = \"10.0.0.1\", endpoint = \"{}\" }}]\n\
+                 [[interface]]\nname = \"east\"\nlisten = \"127.0.0.1:{}\"\nrate_bps = 100000000\n\
+                 neighbors = [{{ address = \"10.0.0.3\", endpoint = \"{to}\" }}]\n\
+                 [modules]\nadmin_key = \"{key}\"\n",
+                run_dir.display(),
+                free[0],
+                a.local_addr().expect("a"),
+                free[1],
+            ))
+            .expect("config");
+            let mut d = Daemon::bind(&cfg, None, &Options::default()).expect("daemon");
+            let west = d.listen_addrs()[0];
+            assert_eq!(best_effort_tx(&mut d), 0);
+            for i in 0..5u8 {
+                a.send_to(&plain(300, i), west).expect("send");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            d.udp_ready(0);
+            for _ in 0..50 {
+                d.pace();
+                if d.pacer.status(1).expect("east is paced")["queued_packets"] == 0 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let st = d.pacer.status(1).expect("east");
+            assert_eq!(st["sent_packets"], 5, "the link released all five\n{st}");
+            let tx = d.node.counters.ifaces[1].tx_packets;
+            if refused {
+                assert_eq!((tx, best_effort_tx(&mut d)), (0, 0), "refused: neither sent nor charged");
+            } else {
+                assert_eq!((tx, best_effort_tx(&mut d)), (5, 5), "sent and charged");
+            }
+            let _ = std::fs::remove_dir_all(&run_dir);
+        }
+    }
 
     #[test]
     fn a_paced_link_sends_at_its_rate_in_order_and_an_empty_one_asks_for_no_wakeup() {

@@ -250,9 +250,13 @@ impl Daemon {
                     off: &mut self.offload,
                     skip: &[],
                 };
-                send_chunk(&mut tx, sock, iface, &iovs[..n], &addrs[..n]);
-                for (owner, q) in got.drain(..) {
-                    self.node.charge_sent(owner, 1, q.bytes.len() as u64);
+                let sent = send_chunk(&mut tx, sock, iface, &iovs[..n], &addrs[..n]);
+                // Only what the kernel took is charged: a datagram it
+                // refused (EAGAIN, say) is counted as a transmit error.
+                for (i, (owner, q)) in got.drain(..).enumerate() {
+                    if sent.get(i) {
+                        self.node.charge_sent(owner, 1, q.bytes.len() as u64);
+                    }
                     self.pacer.recycle(q);
                 }
                 self.charged = true;
@@ -498,15 +502,19 @@ pub(crate) fn send_chunk(
     iface: usize,
     iovs: &[[IoSlice<'_>; 1]],
     addrs: &[Option<SockaddrStorage>],
-) {
+) -> Sent {
+    let mut sent = Sent::default();
     let mut start = 0;
     while start < iovs.len() {
         let max = tx.off.gso(iface);
         let r = if max > 1 { gso_run(&iovs[start..], &addrs[start..], max) } else { 1 };
         if r > 1
             && let Some(Some(to)) = addrs.get(start)
-            && tx.off.send_run(sock, iface, tx.tally, tx.droplog, &iovs[start..start + r], to)
+            && let Some(ok) = tx.off.send_run(sock, iface, tx.tally, tx.droplog, &iovs[start..start + r], to)
         {
+            if ok {
+                sent.set_range(start, start + r);
+            }
             start += r;
             continue;
         }
@@ -520,19 +528,39 @@ pub(crate) fn send_chunk(
         } else {
             end = iovs.len();
         }
-        send_each(tx, sock, iface, &iovs[start..end], &addrs[start..end]);
+        send_each(tx, sock, iface, &iovs[start..end], &addrs[start..end], start, &mut sent);
         start = end;
+    }
+    sent
+}
+
+/// Which datagrams of a chunk ([`BATCH`] at most) the kernel took.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Sent(u64);
+
+impl Sent {
+    /// Whether datagram `i` of the chunk was sent.
+    pub(crate) fn get(self, i: usize) -> bool {
+        i < 64 && self.0 & (1 << i) != 0
+    }
+
+    fn set_range(&mut self, from: usize, to: usize) {
+        for i in from..to.min(64) {
+            self.0 |= 1 << i;
+        }
     }
 }
 
 /// `sendmmsg` of `iovs`, [`BATCH`] at most; a datagram the kernel refuses
-/// is counted and dropped.
+/// is counted and dropped. Marks those sent in `sent`, from `base` on.
 fn send_each(
     tx: &mut Tx<'_>,
     sock: &UdpSocket,
     iface: usize,
     iovs: &[[IoSlice<'_>; 1]],
     addrs: &[Option<SockaddrStorage>],
+    base: usize,
+    sent_mask: &mut Sent,
 ) {
     let fd = sock.as_raw_fd();
     let mut start = 0;
@@ -547,6 +575,7 @@ fn send_each(
                 for io in &iovs[start..start + sent] {
                     tx.tally.count(iface, io[0].len(), true);
                 }
+                sent_mask.set_range(base + start, base + start + sent);
                 start += sent;
             }
             Err(Errno::EINTR) => {}
