@@ -594,7 +594,7 @@ impl Daemon {
                 if let Some(o) = j.as_object_mut() {
                     o.insert("listen".into(), json!(l.to_string()));
                     o.insert("neighbors".into(), json!(cfg.neighbors.len()));
-                    if let Some(tx) = self.pacer.status(i) {
+                    if let Some(tx) = self.pacer.lock().status(i) {
                         o.insert("tx".into(), tx);
                     }
                 }

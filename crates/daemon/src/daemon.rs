@@ -161,8 +161,12 @@ pub struct Daemon {
     /// Transmissions counted by the send path, added to the node's
     /// counters after each send.
     pub(crate) tally: crate::udp::TxTally,
-    /// Transmit scheduling of the interfaces with a `rate_bps`.
-    pub(crate) pacer: crate::pacer::Pacer,
+    /// Transmit scheduling of the interfaces with a `rate_bps`. Behind a
+    /// lock because the data path workers queue on them too; only the event
+    /// loop releases. Lock order: the node first, then the pacer.
+    pub(crate) pacer: Arc<parking_lot::Mutex<crate::pacer::Pacer>>,
+    /// Which interfaces are paced (fixed at start), read without the lock.
+    pub(crate) paced: Arc<[bool]>,
     /// What the paced links released, reused wakeup after wakeup.
     pub(crate) released: Vec<(anode_node::core::Owner, crate::pacer::Queued)>,
     pub(crate) app_buf: Vec<u8>,
@@ -421,6 +425,8 @@ impl Daemon {
             interest(m, &epoll, EpollFlags::EPOLLIN, TOKEN_METRICS)?;
         }
 
+        let pacer = crate::pacer::Pacer::new(&cfg.interfaces);
+        let paced = pacer.mask();
         let mut d = Daemon {
             rx: Rx::new(blen),
             tx_hdrs: MultiHeaders::preallocate(BATCH, None),
@@ -455,7 +461,8 @@ impl Daemon {
             frag: crate::frag::Frag::new(cfg.link_mtu),
             offload,
             tally: crate::udp::TxTally::default(),
-            pacer: crate::pacer::Pacer::new(&cfg.interfaces),
+            pacer: Arc::new(parking_lot::Mutex::new(pacer)),
+            paced,
             released: Vec::with_capacity(BATCH),
             app_buf: vec![0; local::MAX_MESSAGE + 1],
             msg: Vec::with_capacity(3 + blen),
@@ -477,9 +484,9 @@ impl Daemon {
             boot: opts.boot.as_deref().map(crate::files::boot_json),
             tap: None,
         };
-        if d.pacer.any() {
-            d.node.set_paced(d.pacer.mask().to_vec());
-            d.node.set_seal_at_send(d.pacer.mask().to_vec());
+        if d.paced.iter().any(|p| *p) {
+            d.node.set_paced(d.paced.to_vec());
+            d.node.set_seal_at_send(d.paced.to_vec());
         }
         if d.node.rcane_on() {
             let file = d.run_dir.join("ledger.db");
@@ -689,7 +696,7 @@ impl Daemon {
         };
         // And when a paced link may send again (its queued datagrams wait
         // for the loop).
-        let end = match self.pacer.next_due_ns(now_ns).filter(|_| slack) {
+        let end = match self.pacer.lock().next_due_ns(now_ns).filter(|_| slack) {
             Some(ns) => end.min(self.started + Duration::from_nanos(ns)),
             None => end,
         };
@@ -804,9 +811,12 @@ impl Daemon {
         let (Some(shared), Some(node)) = (self.shared.clone(), self.node.shared()) else { return Vec::new() };
         let mut threads = Vec::new();
         for w in std::mem::take(&mut self.pending_workers) {
-            let (node, shared) = (node.clone(), shared.clone());
+            let (node, shared, pacer) = (node.clone(), shared.clone(), self.pacer.clone());
             let name = format!("anode-worker-{}", w.id);
-            match std::thread::Builder::new().name(name).spawn(move || crate::workers::run_worker(w, node, shared)) {
+            match std::thread::Builder::new()
+                .name(name)
+                .spawn(move || crate::workers::run_worker(w, node, shared, pacer))
+            {
                 Ok(t) => threads.push(t),
                 Err(e) => warn!(error = %e, "could not start a data path worker"),
             }
@@ -855,7 +865,7 @@ impl Daemon {
         let drops = self.droplog.next_due(&self.node.counters);
         let report = ratelog::pending().then_some(self.last_report + DROP_LOG_INTERVAL);
         let ledger = self.ledger.as_ref().filter(|_| self.charged).map(|(_, at)| *at + crate::ledger::FLUSH_INTERVAL);
-        let paced = self.pacer.next_due_ns(self.now_ns()).map(|ns| self.started + Duration::from_nanos(ns));
+        let paced = self.pacer.lock().next_due_ns(self.now_ns()).map(|ns| self.started + Duration::from_nanos(ns));
         [node, conns, stalled, drops, report, ledger, paced].into_iter().flatten().min()
     }
 
@@ -910,7 +920,7 @@ impl Daemon {
         self.expire_conns(now);
         self.reap_clients(now);
         self.log_drops(now);
-        if self.pacer.any() {
+        if self.paced.iter().any(|p| *p) {
             self.pace();
         }
     }

@@ -115,11 +115,6 @@ impl Pacer {
         }
     }
 
-    /// Whether any link is paced.
-    pub(crate) fn any(&self) -> bool {
-        self.links.iter().any(Option::is_some)
-    }
-
     /// Which interfaces are paced (shared, so taking it costs no
     /// allocation per batch).
     pub(crate) fn mask(&self) -> Arc<[bool]> {
@@ -348,12 +343,12 @@ mod tests {
             d.udp_ready(0);
             for _ in 0..50 {
                 d.pace();
-                if d.pacer.status(1).expect("east is paced")["queued_packets"] == 0 {
+                if d.pacer.lock().status(1).expect("east is paced")["queued_packets"] == 0 {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
-            let st = d.pacer.status(1).expect("east");
+            let st = d.pacer.lock().status(1).expect("east");
             assert_eq!(st["sent_packets"], 5, "the link released all five\n{st}");
             let tx = d.node.counters.ifaces[1].tx_packets;
             if refused {
@@ -387,9 +382,9 @@ mod tests {
         drain(&mut got);
         // One datagram left at once; the other nine wait for the link.
         assert_eq!(got.len(), 1);
-        assert_eq!(d.pacer.status(1).expect("east is paced")["queued_packets"], 9);
-        assert!(d.pacer.status(0).is_none(), "west is not paced");
-        assert!(d.pacer.next_due_ns(d.now_ns()).is_some(), "a wakeup for the queue");
+        assert_eq!(d.pacer.lock().status(1).expect("east is paced")["queued_packets"], 9);
+        assert!(d.pacer.lock().status(0).is_none(), "west is not paced");
+        assert!(d.pacer.lock().next_due_ns(d.now_ns()).is_some(), "a wakeup for the queue");
         // Released as the link frees, in order.
         for _ in 0..200 {
             std::thread::sleep(Duration::from_millis(1));
@@ -403,12 +398,12 @@ mod tests {
         for (s, g) in sent.iter().zip(&got) {
             assert_eq!(g[g.len() - 1], s[s.len() - 1], "in order");
         }
-        let st = d.pacer.status(1).expect("east");
+        let st = d.pacer.lock().status(1).expect("east");
         assert_eq!((st["sent_packets"].as_u64(), st["queued_packets"].as_u64()), (Some(10), Some(0)), "{st}");
         let be = st["clients"].as_array().expect("clients").iter().find(|c| c["owner"] == "best-effort").cloned();
         assert_eq!(be.expect("forwarding is best effort")["sent_packets"], 10);
         // Nothing queued: no wakeup.
-        assert_eq!(d.pacer.next_due_ns(d.now_ns()), None);
+        assert_eq!(d.pacer.lock().next_due_ns(d.now_ns()), None);
         assert_eq!(d.node.counters.ifaces[1].tx_packets, 10);
         let _ = std::fs::remove_dir_all(d.run_dir());
     }

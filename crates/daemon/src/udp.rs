@@ -8,12 +8,14 @@ use crate::droplog::DropLog;
 use crate::frag::Frag;
 use crate::mmsg::{Received, RecvMmsg};
 use crate::offload::{IoCounters, Offload, gso_run};
+use crate::pacer::Pacer;
 use anode_node::core::{Node, Outbox, Owner};
 use nix::errno::Errno;
 use nix::sys::socket::{ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage, sendmmsg};
 use std::io::IoSlice;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd};
+use std::sync::Arc;
 use std::time::Instant;
 use tracing::{debug, info};
 
@@ -161,40 +163,11 @@ impl Daemon {
             Outs::Inject => (std::slice::from_ref(&self.inject_out), &self.no_input),
             Outs::Timer => (std::slice::from_ref(&self.timer_out), &self.no_input),
         };
-        let skip = if self.pacer.any() {
+        let skip = if self.paced.iter().any(|p| *p) {
             let now_ns = self.now_ns();
-            let mask = self.pacer.mask();
-            let mut pieces = Vec::new();
-            let mut sealed = Vec::new();
-            for (out, buf) in outs.iter().zip(bufs) {
-                for t in out.transmits.iter().filter(|t| mask.get(t.iface).copied().unwrap_or(false)) {
-                    let mut bytes = out.bytes(&t.data, buf);
-                    // Sealed when the link sends it (its SA sequence number
-                    // then follows the link's order), unless it must go as
-                    // fragments: those are sealed now.
-                    let overhead = if t.unsealed { self.node.seal_overhead(&t.to) } else { 0 };
-                    if !self.frag.too_long(bytes.len() + overhead) {
-                        let seal = t.unsealed.then_some(overhead);
-                        self.pacer.enqueue(&mut self.node, t.iface, t.owner, t.to, bytes, seal, now_ns);
-                        continue;
-                    }
-                    if t.unsealed {
-                        if !self.node.seal_for(&t.to, bytes, &mut sealed) {
-                            continue;
-                        }
-                        bytes = &sealed;
-                    }
-                    pieces.clear();
-                    if self.frag.split(bytes, &mut pieces) == 0 {
-                        self.tally.count(t.iface, bytes.len(), false);
-                        continue;
-                    }
-                    for p in &pieces {
-                        self.pacer.enqueue(&mut self.node, t.iface, t.owner, t.to, p, None, now_ns);
-                    }
-                }
-            }
-            Some(mask)
+            let mut pacer = self.pacer.lock();
+            enqueue_paced(&mut pacer, &mut self.node, &mut self.frag, &mut self.tally, &self.paced, outs, bufs, now_ns);
+            Some(Arc::clone(&self.paced))
         } else {
             None
         };
@@ -218,19 +191,21 @@ impl Daemon {
     /// sent to its owner's session.
     pub(crate) fn pace(&mut self) {
         let now_ns = self.now_ns();
-        self.pacer.follow_all(&self.node, now_ns);
+        let lock = Arc::clone(&self.pacer);
+        let mut pacer = lock.lock();
+        pacer.follow_all(&self.node, now_ns);
         let mut got = std::mem::take(&mut self.released);
-        for iface in 0..self.pacer.len() {
-            if !self.pacer.paced(iface) {
+        for iface in 0..pacer.len() {
+            if !pacer.paced(iface) {
                 continue;
             }
             let Some(sock) = self.udp.get(iface) else { continue };
             loop {
-                self.pacer.release(iface, now_ns, &mut got);
+                pacer.release(iface, now_ns, &mut got);
                 if got.is_empty() {
                     break;
                 }
-                self.pacer.seal_released(&mut self.node, &mut got);
+                pacer.seal_released(&mut self.node, &mut got);
                 if got.is_empty() {
                     // All dropped (no SA): the link may release more.
                     continue;
@@ -257,13 +232,60 @@ impl Daemon {
                     if sent.get(i) {
                         self.node.charge_sent(owner, 1, q.bytes.len() as u64);
                     }
-                    self.pacer.recycle(q);
+                    pacer.recycle(q);
                 }
                 self.charged = true;
             }
         }
         self.released = got;
         self.tally.apply(&mut self.node);
+    }
+}
+
+/// Queues the transmissions of `outs` for the paced interfaces (`paced`)
+/// on their links, for the event loop to release ([`Daemon::pace`]). A
+/// transmission left unsealed by the core is sealed when its link releases
+/// it (its SA sequence number then follows the link's order), unless it
+/// must go as fragments: those are sealed now. Called by the event loop and
+/// by the data path workers, with the node and the pacer locked (in that
+/// order).
+#[allow(clippy::too_many_arguments)] // the event loop's and a worker's parts, borrowed apart
+pub(crate) fn enqueue_paced(
+    pacer: &mut Pacer,
+    node: &mut Node,
+    frag: &mut Frag,
+    tally: &mut TxTally,
+    paced: &[bool],
+    outs: &[Outbox],
+    bufs: &[Vec<u8>],
+    now_ns: u64,
+) {
+    let mut pieces = Vec::new();
+    let mut sealed = Vec::new();
+    for (out, buf) in outs.iter().zip(bufs) {
+        for t in out.transmits.iter().filter(|t| paced.get(t.iface).copied().unwrap_or(false)) {
+            let mut bytes = out.bytes(&t.data, buf);
+            let overhead = if t.unsealed { node.seal_overhead(&t.to) } else { 0 };
+            if !frag.too_long(bytes.len() + overhead) {
+                let seal = t.unsealed.then_some(overhead);
+                pacer.enqueue(node, t.iface, t.owner, t.to, bytes, seal, now_ns);
+                continue;
+            }
+            if t.unsealed {
+                if !node.seal_for(&t.to, bytes, &mut sealed) {
+                    continue;
+                }
+                bytes = &sealed;
+            }
+            pieces.clear();
+            if frag.split(bytes, &mut pieces) == 0 {
+                tally.count(t.iface, bytes.len(), false);
+                continue;
+            }
+            for p in &pieces {
+                pacer.enqueue(node, t.iface, t.owner, t.to, p, None, now_ns);
+            }
+        }
     }
 }
 

@@ -7,11 +7,13 @@
 //! worker w:  epoll on its socket of each interface
 //!            recvmmsg            (no lock)
 //!            lock node ─► fragments, the core, for a batch ─► unlock
-//!            GSO / sendmmsg      (no lock)
-//!            lock node ─► tx counters, RCANE charges, deliveries queued ─► unlock
+//!            GSO / sendmmsg      (no lock; not the paced links' datagrams)
+//!            lock node ─► paced links' datagrams queued on their links,
+//!                         tx counters, RCANE charges, deliveries queued ─► unlock
 //!            kick the event loop when the batch left it work
 //! event loop: holds the node except while it waits; control, timers,
-//!            application clients, RCANE dispatches, the FLAME tap
+//!            application clients, RCANE dispatches, the FLAME tap,
+//!            the paced links' releases
 //! ```
 //!
 //! # Invariants
@@ -33,6 +35,13 @@
 //! - **Per worker:** receive buffers and outboxes, send headers, GSO/GRO
 //!   state and counters, and reassembly (a sender's fragments all hash to
 //!   one socket, hence one worker).
+//! - **Paced links** (`rate_bps`): one link scheduler per link, shared.
+//!   A worker queues its batch's datagrams for a paced link on it, with the
+//!   node locked, then the pacer (always in that order); only the event
+//!   loop releases them (and seals them then), so a link's order, its
+//!   guarantees and its SA sequence numbers are those of one scheduler. A
+//!   worker whose datagrams make the link due before the event loop's timer
+//!   kicks the event loop.
 //! - **Deliveries to local applications** go through a bounded queue to
 //!   the event loop, which owns the application clients; a full queue drops
 //!   and counts (`app_queue_full`).
@@ -43,7 +52,8 @@ use crate::BATCH;
 use crate::droplog::DropLog;
 use crate::frag::Frag;
 use crate::offload::{IoCounters, Offload};
-use crate::udp::{Rx, Tx, TxTally, charge_batch, run_core, send_transmits};
+use crate::pacer::Pacer;
+use crate::udp::{Rx, Tx, TxTally, charge_batch, enqueue_paced, run_core, send_transmits};
 use anode_node::config::IoConfig;
 use anode_node::core::{Node, Outbox};
 use anode_node::counters::Drop;
@@ -205,7 +215,7 @@ pub(crate) struct WorkerSetup {
 }
 
 /// Runs one worker until `shared.stop`.
-pub(crate) fn run_worker(w: WorkerSetup, node: Arc<Mutex<Node>>, shared: Arc<Shared>) {
+pub(crate) fn run_worker(w: WorkerSetup, node: Arc<Mutex<Node>>, shared: Arc<Shared>, pacer: Arc<Mutex<Pacer>>) {
     let epoll = match Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC) {
         Ok(e) => e,
         Err(e) => {
@@ -224,6 +234,7 @@ pub(crate) fn run_worker(w: WorkerSetup, node: Arc<Mutex<Node>>, shared: Arc<Sha
         warn!(worker = w.id, error = %e, "epoll_ctl failed; this worker does not run");
         return;
     }
+    let paced = pacer.lock().mask();
     let mut st = Worker {
         rx: Rx::new(w.blen),
         hdrs: MultiHeaders::preallocate(BATCH, None),
@@ -232,6 +243,8 @@ pub(crate) fn run_worker(w: WorkerSetup, node: Arc<Mutex<Node>>, shared: Arc<Sha
         tally: TxTally::default(),
         droplog: DropLog::new(),
         rcane: node.lock().rcane_on(),
+        paced,
+        pacer,
         w,
     };
     let spin = Duration::from_micros(st.w.io.spin_us);
@@ -285,6 +298,9 @@ struct Worker {
     tally: TxTally,
     droplog: DropLog,
     rcane: bool,
+    /// The paced links (shared with the event loop) and which they are.
+    pacer: Arc<Mutex<Pacer>>,
+    paced: Arc<[bool]>,
 }
 
 impl Worker {
@@ -325,15 +341,24 @@ impl Worker {
                 droplog: &mut self.droplog,
                 frag: &mut self.frag,
                 off: &mut self.off,
-                // Paced links need [io] workers = 1 (config validation).
-                skip: &[],
+                // Paced links' datagrams are queued on their links below.
+                skip: &self.paced,
             };
             send_transmits(&mut tx, outs, bufs);
+            let any_paced = self.paced.iter().any(|p| *p);
             // Module jobs queued for the scheduler: the event loop
             // dispatches them.
             let mut kick = posted > 0 || outs.iter().any(needs_loop);
             {
                 let mut g = shared.lock_node(node);
+                if any_paced {
+                    let now_ns = self.w.started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+                    let mut p = self.pacer.lock();
+                    enqueue_paced(&mut p, &mut g, &mut self.frag, &mut self.tally, &self.paced, outs, bufs, now_ns);
+                    // The event loop releases: wake it if the link is due
+                    // before its timer.
+                    kick |= p.next_due_ns(now_ns).is_some_and(|d| d < shared.armed_ns.load(Ordering::Relaxed));
+                }
                 self.tally.apply(&mut g);
                 queue_deliveries(&mut g, shared, outs, bufs);
                 if self.rcane {
