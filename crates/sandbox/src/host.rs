@@ -129,6 +129,9 @@ pub(crate) struct CallCtx {
     pub log_dropped: u32,
     /// Whether this invocation already asked for a heap change.
     pub heap_asked: bool,
+    /// The invoked instance's exported memory, when it has one: host
+    /// calls use it instead of looking the export up by name each time.
+    pub memory: Option<Memory>,
 }
 
 struct LogBucket {
@@ -327,6 +330,9 @@ impl TenantState {
 type C<'a> = Caller<'a, TenantState>;
 
 fn memory(c: &mut C<'_>) -> Option<Memory> {
+    if let Some(m) = c.data().call.memory {
+        return Some(m);
+    }
     match c.get_export("memory") {
         Some(Extern::Memory(m)) => Some(m),
         _ => None,

@@ -48,6 +48,7 @@
 //! See `docs/pods.md`.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, Weak};
 
 use anode_cred::PrincipalId;
@@ -105,6 +106,42 @@ pub const E_GONE: i32 = -17;
 /// The caller has less fuel left than the pod's `min_fuel`: the pod was not
 /// entered.
 pub const E_SHORT: i32 = -18;
+
+/// A hasher for the hub's maps on every pod call, whose keys are small
+/// integers the node assigns (pod ids, module ids), never chosen by a
+/// client: FxHash's multiply-rotate instead of SipHash, which the call path
+/// paid four times per call (docs/benchmarks.md, "Pods").
+#[derive(Default, Clone, Copy)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+    fn write_u8(&mut self, n: u8) {
+        self.write_u64(u64::from(n));
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+    fn write_isize(&mut self, n: isize) {
+        self.write_u64(n as u64);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+/// A map keyed by node-assigned ids.
+type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 /// A loaded pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -301,27 +338,43 @@ pub struct PodInfo {
 pub struct PodState {
     hub: Weak<Mutex<PodHub>>,
     pod: PodId,
+    /// Whose pod it is (fixed at load).
+    principal: PrincipalId,
     depth: u32,
     limiter: MemLimiter,
+    /// Its exported memory, once instantiated.
+    memory: Option<Memory>,
 }
 
 /// A store's view of itself as a pod client: the hub, who it is, whose it
 /// is, and how deep it runs.
 pub(crate) trait PodClient {
+    /// Fuel a host call of this client costs, charged by the `pod`
+    /// functions themselves (0: the store's own call hook charges it).
+    const HOST_CALL_FUEL: u64;
     fn pod_client(&self) -> Option<(Arc<Mutex<PodHub>>, Client, PrincipalId, u32)>;
+    /// The memory of the instance making the call, when the store knows it
+    /// without a lookup by name.
+    fn caller_memory(&self) -> Option<Memory>;
 }
 
 impl PodClient for PodState {
+    const HOST_CALL_FUEL: u64 = POD_HOST_CALL_FUEL;
     fn pod_client(&self) -> Option<(Arc<Mutex<PodHub>>, Client, PrincipalId, u32)> {
-        let hub = self.hub.upgrade()?;
-        let principal = hub.try_lock().ok()?.pods.get(&self.pod).map(|p| p.principal)?;
-        Some((hub, Client::Pod(self.pod.0), principal, self.depth))
+        Some((self.hub.upgrade()?, Client::Pod(self.pod.0), self.principal, self.depth))
+    }
+    fn caller_memory(&self) -> Option<Memory> {
+        self.memory
     }
 }
 
 impl PodClient for crate::host::TenantState {
+    const HOST_CALL_FUEL: u64 = 0;
     fn pod_client(&self) -> Option<(Arc<Mutex<PodHub>>, Client, PrincipalId, u32)> {
         Some((self.pods.clone()?, Client::Module(self.call.module), self.principal, 0))
+    }
+    fn caller_memory(&self) -> Option<Memory> {
+        self.call.memory
     }
 }
 
@@ -448,8 +501,9 @@ struct Pod {
     memory: usize,
     /// Bumped on every restore: bindings to an older instance are gone.
     epoch: u64,
-    /// `None` while a call runs in it.
-    live: Option<Live>,
+    /// `None` while a call runs in it. Boxed: it moves out of the hub and
+    /// back on every call.
+    live: Option<Box<Live>>,
     buf_len: usize,
     counters: PodCounters,
 }
@@ -472,9 +526,9 @@ pub struct PodHub {
     engine: Engine,
     linker: Linker<PodState>,
     me: Weak<Mutex<PodHub>>,
-    pods: HashMap<PodId, Pod>,
+    pods: IdMap<PodId, Pod>,
     names: HashMap<String, PodId>,
-    tables: HashMap<Client, HandleTable<Binding>>,
+    tables: IdMap<Client, HandleTable<Binding>>,
     next: u32,
     counters: HubCounters,
 }
@@ -519,9 +573,9 @@ impl PodHub {
                 engine,
                 linker,
                 me: me.clone(),
-                pods: HashMap::new(),
+                pods: IdMap::default(),
                 names: HashMap::new(),
-                tables: HashMap::new(),
+                tables: IdMap::default(),
                 next: 1,
                 counters: HubCounters::default(),
             })
@@ -565,7 +619,7 @@ impl PodHub {
         }
         let pre = self.linker.instantiate_pre(&module).map_err(|e| PodError::Instantiate(format!("{e:#}")))?;
         let id = PodId(self.next);
-        let live = self.instantiate(id, &pre, &entries, spec.cpu, spec.memory, spec.on_fault)?;
+        let live = self.instantiate(id, spec.principal, &pre, &entries, spec.cpu, spec.memory, spec.on_fault)?;
         self.next = self.next.wrapping_add(1).max(1);
         let buf_len = live.buf.1;
         self.names.insert(spec.name.into(), id);
@@ -590,29 +644,34 @@ impl PodHub {
         Ok(id)
     }
 
+    #[allow(clippy::too_many_arguments)] // a pod's particulars, kept apart in `Pod`
     fn instantiate(
         &self,
         id: PodId,
+        principal: PrincipalId,
         pre: &InstancePre<PodState>,
         entries: &[String],
         cpu: u64,
         memory: usize,
         on_fault: OnFault,
-    ) -> Result<Live, PodError> {
-        let data = PodState { hub: self.me.clone(), pod: id, depth: 0, limiter: MemLimiter::new(memory, None) };
+    ) -> Result<Box<Live>, PodError> {
+        let data = PodState {
+            hub: self.me.clone(),
+            pod: id,
+            principal,
+            depth: 0,
+            limiter: MemLimiter::new(memory, None),
+            memory: None,
+        };
         let mut store = Store::new(&self.engine, data);
         store.limiter(|d| &mut d.limiter);
-        store.call_hook(|mut ctx, hook| {
-            if matches!(hook, wasmtime::CallHook::ReturningFromHost)
-                && let Ok(f) = ctx.get_fuel()
-            {
-                let _ = ctx.set_fuel(f.saturating_sub(POD_HOST_CALL_FUEL));
-            }
-            Ok(())
-        });
+        // No call hook: a pod's only host functions are `pod.*`, which
+        // charge its host-call fuel themselves (`PodClient::HOST_CALL_FUEL`);
+        // a hook would run on every entry to the pod and every return.
         let _ = store.set_fuel(cpu);
         let inst = pre.instantiate(&mut store).map_err(|e| PodError::Instantiate(format!("{e:#}")))?;
         let memory = inst.get_memory(&mut store, "memory").ok_or_else(|| PodError::Export("memory".into()))?;
+        store.data_mut().memory = Some(memory);
         let bind =
             inst.get_typed_func::<i32, i32>(&mut store, "pod_bind").map_err(|_| PodError::Export("pod_bind".into()))?;
         let mut offers = Vec::with_capacity(entries.len());
@@ -648,7 +707,7 @@ impl PodHub {
             Snapshot { values: Vec::with_capacity(globals.len()), globals, memory: Vec::new(), check }
         });
         let unbind = inst.get_typed_func::<i32, ()>(&mut store, "pod_unbind").ok();
-        Ok(Live { store, memory, bind, offers, buf: (p, l), unbind, snapshot })
+        Ok(Box::new(Live { store, memory, bind, offers, buf: (p, l), unbind, snapshot }))
     }
 
     /// Unloads a pod. Bindings to it fail with [`E_GONE`] at their next use.
@@ -770,7 +829,7 @@ impl PodHub {
     /// Removes a binding of `client`; a full one whose pod exports
     /// `pod_unbind` is returned with the pod's instance taken out, for the
     /// caller to run it (the binder is not locked while pod code runs).
-    fn unbind_take(&mut self, client: Client, binding: i32) -> Result<Option<(Begun, Live)>, i32> {
+    fn unbind_take(&mut self, client: Client, binding: i32) -> Result<Option<(Begun, Box<Live>)>, i32> {
         let Some(b) = self.tables.get_mut(&client).and_then(|t| t.remove(0, binding)) else {
             self.counters.bad_binding += 1;
             return Err(E_BADID);
@@ -787,8 +846,12 @@ impl PodHub {
         binding: i32,
         depth: u32,
         caller_fuel: Option<u64>,
-    ) -> Result<(Begun, Live), i32> {
-        let Some(b) = self.tables.get(&client).and_then(|t| t.get(0, binding)).cloned() else {
+    ) -> Result<(Begun, Box<Live>), i32> {
+        let Some(table) = self.tables.get_mut(&client) else {
+            self.counters.bad_binding += 1;
+            return Err(E_BADID);
+        };
+        let Some(b) = table.get(0, binding) else {
             self.counters.bad_binding += 1;
             return Err(E_BADID);
         };
@@ -796,15 +859,11 @@ impl PodHub {
             self.counters.too_deep += 1;
             return Err(E_DEPTH);
         }
-        let current = self.pods.get(&b.pod).is_some_and(|p| p.epoch == b.epoch);
-        if !current {
+        let Some(pod) = self.pods.get_mut(&b.pod).filter(|p| p.epoch == b.epoch) else {
             self.counters.gone += 1;
-            if let Some(t) = self.tables.get_mut(&client) {
-                t.remove(0, binding);
-            }
+            table.remove(0, binding);
             return Err(E_GONE);
-        }
-        let Some(pod) = self.pods.get_mut(&b.pod) else { return Err(E_GONE) };
+        };
         if caller_fuel.is_some_and(|f| f < pod.min_fuel) {
             pod.counters.short += 1;
             return Err(E_SHORT);
@@ -828,7 +887,7 @@ impl PodHub {
 
     /// Puts the instance back (or restores the pod after a fault) and
     /// updates the binding.
-    fn finish(&mut self, client: Client, begun: &Begun, live: Live, outcome: &Ran) {
+    fn finish(&mut self, client: Client, begun: &Begun, live: Box<Live>, outcome: &Ran) {
         let Some(pod) = self.pods.get_mut(&begun.pod) else { return };
         pod.counters.fuel += outcome.used;
         let fault = matches!(outcome.result, Err(E_CPU) | Err(E_TRAP));
@@ -872,9 +931,9 @@ impl PodHub {
                 let Some(pod) = self.pods.get_mut(&begun.pod) else { return };
                 pod.epoch += 1;
                 pod.counters.resets += 1;
-                let (pre, entries, cpu, mem, on_fault) =
-                    (pod.pre.clone(), pod.entries.clone(), pod.cpu, pod.memory, pod.on_fault);
-                match self.instantiate(begun.pod, &pre, &entries, cpu, mem, on_fault) {
+                let (pre, entries, cpu, mem, on_fault, principal) =
+                    (pod.pre.clone(), pod.entries.clone(), pod.cpu, pod.memory, pod.on_fault, pod.principal);
+                match self.instantiate(begun.pod, principal, &pre, &entries, cpu, mem, on_fault) {
                     Ok(l) => {
                         if let Some(p) = self.pods.get_mut(&begun.pod) {
                             p.live = Some(l);
@@ -930,10 +989,25 @@ fn roll_back(live: &mut Live, budget: u64) -> (bool, u64) {
     (ok, budget.saturating_sub(live.store.get_fuel().unwrap_or(0)))
 }
 
-fn caller_memory<T>(c: &mut Caller<'_, T>) -> Option<Memory> {
+/// The caller's memory: the one its store recorded for the running
+/// instance, or its export by name.
+fn caller_memory<T: PodClient>(c: &mut Caller<'_, T>) -> Option<Memory> {
+    if let Some(m) = c.data().caller_memory() {
+        return Some(m);
+    }
     match c.get_export("memory") {
         Some(Extern::Memory(m)) => Some(m),
         _ => None,
+    }
+}
+
+/// Takes a pod client's host-call fuel (`PodClient::HOST_CALL_FUEL`) off
+/// its store, as a call hook would on the way back from the host.
+fn charge_host_call<T: PodClient>(c: &mut Caller<'_, T>) {
+    if T::HOST_CALL_FUEL > 0
+        && let Ok(f) = c.get_fuel()
+    {
+        let _ = c.set_fuel(f.saturating_sub(T::HOST_CALL_FUEL));
     }
 }
 
@@ -1000,8 +1074,21 @@ fn run_pod(live: &mut Live, b: &Begun, depth: u32, budget: u64, input: &[u8]) ->
 
 /// `pod.call(binding, in_len) -> out_len | E_*`.
 fn call<T: PodClient>(c: &mut Caller<'_, T>, binding: i32, in_len: i32) -> i32 {
-    let Some((hub, client, principal, depth)) = c.data().pod_client() else { return E_CONTEXT };
-    let caller_fuel = c.get_fuel().ok();
+    let fuel = c.get_fuel().ok();
+    let r = call_with(c, binding, in_len, fuel).0;
+    charge_host_call(c);
+    r
+}
+
+/// [`call`] with the caller's fuel already read: the status, and the
+/// caller's fuel after the call.
+fn call_with<T: PodClient>(
+    c: &mut Caller<'_, T>,
+    binding: i32,
+    in_len: i32,
+    caller_fuel: Option<u64>,
+) -> (i32, Option<u64>) {
+    let Some((hub, client, principal, depth)) = c.data().pod_client() else { return (E_CONTEXT, caller_fuel) };
     let begun = match hub.try_lock() {
         Ok(mut h) => h.begin(client, binding, depth, caller_fuel).map(|(b, l)| {
             // A bind request carries the client's particulars.
@@ -1011,11 +1098,11 @@ fn call<T: PodClient>(c: &mut Caller<'_, T>, binding: i32, in_len: i32) -> i32 {
             });
             (b, l, info)
         }),
-        Err(_) => return E_CONTEXT,
+        Err(_) => return (E_CONTEXT, caller_fuel),
     };
     let (begun, mut live, info) = match begun {
         Ok(b) => b,
-        Err(e) => return e,
+        Err(e) => return (e, caller_fuel),
     };
     // Thread tunnelling: the pod runs on what is left of the caller's fuel
     // (at most the pod's per-call cpu), and the caller pays what it used.
@@ -1038,7 +1125,7 @@ fn call<T: PodClient>(c: &mut Caller<'_, T>, binding: i32, in_len: i32) -> i32 {
         if let Ok(mut h) = hub.try_lock() {
             h.finish(client, &begun, live, &Ran { result: Ok(0), used: 0, rolled_back: None });
         }
-        return E_INVAL;
+        return (E_INVAL, caller_fuel);
     };
     // The result, straight from the pod's buffer into the caller's region.
     let mut status = match (begun.state, ran.result) {
@@ -1057,17 +1144,24 @@ fn call<T: PodClient>(c: &mut Caller<'_, T>, binding: i32, in_len: i32) -> i32 {
             _ => status = E_INVAL,
         }
     }
-    if let Some(f) = caller_fuel {
-        let _ = c.set_fuel(f.saturating_sub(ran.used));
+    let after = caller_fuel.map(|f| f.saturating_sub(ran.used));
+    if let Some(f) = after {
+        let _ = c.set_fuel(f);
     }
     if let Ok(mut h) = hub.try_lock() {
         h.finish(client, &begun, live, &ran);
     }
-    status
+    (status, after)
 }
 
 /// `pod.bind(name_ptr, name_len, buf_ptr, buf_len) -> binding | E_*`.
 fn bind<T: PodClient>(c: &mut Caller<'_, T>, np: i32, nl: i32, bp: i32, bl: i32) -> i32 {
+    let r = bind_inner(c, np, nl, bp, bl);
+    charge_host_call(c);
+    r
+}
+
+fn bind_inner<T: PodClient>(c: &mut Caller<'_, T>, np: i32, nl: i32, bp: i32, bl: i32) -> i32 {
     let Some((hub, client, principal, _)) = c.data().pod_client() else { return E_CONTEXT };
     let (Ok(np), Ok(nl), Ok(bp), Ok(bl)) =
         (usize::try_from(np), usize::try_from(nl), u32::try_from(bp), u32::try_from(bl))
@@ -1110,9 +1204,9 @@ pub(crate) fn define_for_modules(
         },
     )?;
     l.func_wrap_async("pod", "call", move |mut c: Caller<'_, crate::host::TenantState>, (b, len): (i32, i32)| {
-        let before = c.get_fuel().unwrap_or(0);
-        let r = call(&mut c, b, len);
-        let after = c.get_fuel().unwrap_or(0);
+        let fuel = c.get_fuel().ok();
+        let (r, left) = call_with(&mut c, b, len, fuel);
+        let (before, after) = (fuel.unwrap_or(0), left.unwrap_or(0));
         let d = c.data_mut();
         // A mark below the fuel left is from an earlier invocation.
         if d.pod_mark < before {
@@ -1156,6 +1250,12 @@ impl core::future::Future for YieldOnce {
 /// (charged to the caller like a call; its faults restore the pod by its
 /// policy, and the unbind still succeeds).
 fn unbind<T: PodClient>(c: &mut Caller<'_, T>, b: i32) -> i32 {
+    let r = unbind_inner(c, b);
+    charge_host_call(c);
+    r
+}
+
+fn unbind_inner<T: PodClient>(c: &mut Caller<'_, T>, b: i32) -> i32 {
     let Some((hub, client, _, depth)) = c.data().pod_client() else { return E_CONTEXT };
     let caller_fuel = c.get_fuel().ok();
     let taken = match hub.try_lock() {

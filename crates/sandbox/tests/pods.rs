@@ -7,7 +7,8 @@ mod common;
 
 use anode_cred::{Interface, ModuleGrant, ModuleHash, PrincipalId, RequestedLimits, SigningKey};
 use anode_sandbox::pods::{
-    E_BADID, E_BUSY, E_CPU, E_DEPTH, E_GONE, E_REFUSED, E_SHORT, E_TRAP, MAX_BINDINGS, MAX_DEPTH, OnFault, PodError,
+    E_BADID, E_BUSY, E_CPU, E_DEPTH, E_GONE, E_REFUSED, E_SHORT, E_TRAP, MAX_BINDINGS, MAX_DEPTH, OnFault,
+    POD_HOST_CALL_FUEL, PodError,
 };
 use anode_sandbox::{
     Action, Invocation, InvokeError, Job, JobKind, LoadError, LoadSpec, ModuleId, PodSpec, Sandbox, Step,
@@ -400,6 +401,26 @@ fn time_in_a_pod_is_charged_to_its_caller() {
     assert!(pod_work > 20_000, "10,000 iterations: {pod_work}");
     // The caller's invocations differ by exactly what the pod spent.
     assert_eq!(work - echo, pod_work - pod_echo, "caller {echo}/{work}, pod {pod_echo}/{pod_work}");
+}
+
+#[test]
+fn a_pods_own_host_calls_cost_it_host_call_fuel_which_its_caller_pays() {
+    let mut sb = sandbox();
+    load_pod(&mut sb, &store_pod(), "store", None);
+    load_pod(&mut sb, &relay_pod("store.echo"), "relay", None);
+    let a = load_client(&mut sb, user(), None);
+    let b = bind_full(&mut sb, a, "relay.go");
+    // The first call binds the relay to the store; time the second.
+    let _ = call(&mut sb, a, b, b"");
+    let fuel = |sb: &Sandbox, name: &str| sb.pods().iter().find(|p| p.name == name).unwrap().counters.fuel;
+    let (r0, s0) = (fuel(&sb, "relay"), fuel(&sb, "store"));
+    let (r, _) = call(&mut sb, a, b, b"");
+    assert_eq!(r, Ok(0));
+    let (relay, store) = (fuel(&sb, "relay") - r0, fuel(&sb, "store") - s0);
+    // The relay spent the store's call, its one `pod.call` and a few
+    // instructions of its own.
+    let own = relay.checked_sub(store + POD_HOST_CALL_FUEL).unwrap_or_else(|| panic!("relay {relay}, store {store}"));
+    assert!(own < 200, "relay {relay}, store {store}: {own} of its own");
 }
 
 #[test]

@@ -66,8 +66,10 @@ pub(super) fn begin_call(
     (source, subflow): (u32, u64),
     input: &[u8],
     capsule: Option<CapsuleCtx>,
+    memory: Option<wasmtime::Memory>,
 ) {
     let d = store.data_mut();
+    d.call.memory = memory;
     d.fuel_owed = 0;
     d.fuel_paid_at = d.yield_count.load(std::sync::atomic::Ordering::Relaxed);
     d.call.module = id.0;
@@ -88,6 +90,7 @@ pub(super) fn drop_call(store: &mut Store<TenantState>) {
     let d = store.data_mut();
     d.call.out.clear();
     d.call.capsule = None;
+    d.call.memory = None;
     d.call.registrations.clear();
     d.ops.clear();
 }

@@ -299,8 +299,11 @@ impl Sandbox {
         let cpu = self.cfg.cpu;
         let space = self.space_for(principal, grant, kind)?;
         match start_instance(space, id, now, cpu, grant, pre, actions) {
-            Ok((regs, ops)) => {
+            Ok((regs, ops, memory)) => {
                 self.register(id, principal, grant, kind, ins, regs);
+                if let Some(m) = self.modules.get_mut(&id) {
+                    m.memory = memory;
+                }
                 self.apply_ops(ops);
                 Ok(id)
             }
@@ -348,6 +351,7 @@ impl Sandbox {
                 counters: ModuleCounters::default(),
                 local_name: None,
                 recheck: None,
+                memory: None,
             },
         );
     }
@@ -439,7 +443,7 @@ pub(super) fn scan_imports(code: &[u8]) -> Result<(Vec<Import>, InterfaceSet), L
 
 /// What a started instance registered: its entries, and the handle
 /// operations (channels, alarms) to mirror.
-type Started = (Vec<(String, Entry)>, Vec<HostOp>);
+type Started = (Vec<(String, Entry)>, Vec<HostOp>, Option<wasmtime::Memory>);
 
 /// Instantiates `pre` in `space` and runs its `anode_init` (and start
 /// function) under the grant's CPU bound: the entries it registered and the
@@ -455,7 +459,7 @@ fn start_instance(
 ) -> Result<Started, LoadError> {
     let yields = space.yields;
     let store = space.store.as_mut().ok_or(LoadError::Busy)?;
-    begin_call(store, id, now, (0, 0), &[], None);
+    begin_call(store, id, now, (0, 0), &[], None, None);
     store.data_mut().channel_auth.insert(id.0, grant.channels.clone());
     arm(store, cpu, grant.limits.cpu);
     space.instances += 1;
@@ -476,6 +480,8 @@ fn start_instance(
             });
         }
     };
+    let memory = instance.get_memory(&mut *store, "memory");
+    store.data_mut().call.memory = memory;
     // anode_init registers the module's entries.
     if let Ok(init) = instance.get_typed_func::<(), ()>(&mut *store, "anode_init") {
         arm(store, cpu, grant.limits.cpu);
@@ -496,5 +502,5 @@ fn start_instance(
     actions.append(&mut d.call.out);
     drop_call(store);
     space.live += 1;
-    Ok((regs, ops))
+    Ok((regs, ops, memory))
 }

@@ -534,6 +534,8 @@ struct Loaded {
     /// What its authorization is decided again with when a date its
     /// credential mentions comes (modules only).
     recheck: Option<Recheck>,
+    /// Its instance's exported memory (`CallCtx::memory`).
+    memory: Option<wasmtime::Memory>,
 }
 
 /// A loaded module's load request, kept to authorize it again.

@@ -282,7 +282,7 @@ impl Sandbox {
             let space = t.slot(kind).as_mut().ok_or(InvokeError::NoSuchModule)?;
             let mut store = space.store.take().ok_or(InvokeError::Busy)?;
             m.counters.invocations += 1;
-            begin_call(&mut store, id, now, (source, subflow), input, capsule);
+            begin_call(&mut store, id, now, (source, subflow), input, capsule, m.memory);
             arm(&mut store, cpu, fuel);
             let len = input.len() as i32;
             let yield_count = store.data().yield_count.clone();
