@@ -101,6 +101,10 @@ pub struct TranscoderArgs {
     /// The all-in-one's VP (the paper's 85 ms/100 ms; this node admits at most 80 %).
     #[arg(long, default_value = "78ms/100ms")]
     all_vp: String,
+    /// Runs of each Table 3 and Fig. 4 point, per variant; the variants'
+    /// order alternates from one repetition to the next.
+    #[arg(long, default_value_t = 1)]
+    repeat: u32,
     /// Directory of the transcoder modules (`scripts/setup` builds them).
     #[arg(long, default_value = "modules/out")]
     modules: PathBuf,
@@ -401,6 +405,8 @@ impl Variant {
 #[derive(Debug)]
 struct RunResult {
     variant: Variant,
+    /// Which repetition of its point (0-based).
+    rep: u32,
     streams: Vec<Stream>,
     /// Frames sent in the measured window.
     sent: u64,
@@ -656,6 +662,7 @@ fn run_one(
         std::fs::write(d.join("node-c-status.json"), serde_json::to_string_pretty(&counters)?)?;
     }
     Ok(RunResult {
+        rep: 0,
         variant,
         streams,
         sent: u64::from(n - warm),
@@ -692,7 +699,7 @@ fn count(r: &RunResult, t: Tier) -> usize {
 fn csv_row(r: &RunResult) -> String {
     let k = |t| r.tier_kbps(t).map_or(String::new(), |v| format!("{v:.2}"));
     format!(
-        "{},{},{},{},{:.3},{:.2},{:.4},{},{},{},{},{}\n",
+        "{},{},{},{},{:.3},{:.2},{:.4},{},{},{},{},{},{}\n",
         r.variant.name(),
         count(r, Tier::Gold),
         count(r, Tier::Silver),
@@ -704,11 +711,12 @@ fn csv_row(r: &RunResult) -> String {
         k(Tier::Silver),
         k(Tier::Bronze),
         r.load1,
-        r.counters["jobs_busy"]
+        r.counters["jobs_busy"],
+        r.rep
     )
 }
 
-const HEADER: &str = "variant,gold,silver,bronze,window_s,cpu_pct,min_received_fraction,gold_kbps,silver_kbps,bronze_kbps,load1,jobs_busy\n";
+const HEADER: &str = "variant,gold,silver,bronze,window_s,cpu_pct,min_received_fraction,gold_kbps,silver_kbps,bronze_kbps,load1,jobs_busy,rep\n";
 
 /// `anode experiment transcoder`.
 pub fn run(a: TranscoderArgs) -> Result<std::process::ExitCode> {
@@ -747,23 +755,28 @@ pub fn run(a: TranscoderArgs) -> Result<std::process::ExitCode> {
         let mut rows = Vec::new();
         let mut csv = String::from(HEADER);
         for &k in &a.table3 {
-            for v in [Variant::Path, Variant::All] {
-                let r = run_one(&a, v, streams(1, k, 1), &a.silver_vp, None)?;
-                eprintln!("table3 k={k}: {}", summary_line(&r));
+            for (rep, v) in repetitions(a.repeat) {
+                let mut r = run_one(&a, v, streams(1, k, 1), &a.silver_vp, None)?;
+                r.rep = rep;
+                eprintln!("table3 k={k} run {rep}: {}", summary_line(&r));
                 csv.push_str(&csv_row(&r));
                 rows.push(r);
             }
         }
         write(&a.out, "transcoder-table3.csv", &csv)?;
+        let summary = table3_summary(&rows);
+        eprint!("{summary}");
+        write(&a.out, "transcoder-table3-summary.csv", &summary)?;
         plot_table3(&rows, &a.out.join("transcoder-table3.png"))?;
     }
     if all || steps.contains(&"fig4") {
         let mut rows = Vec::new();
         let mut csv = String::from(HEADER);
         for &k in &a.fig4 {
-            for v in [Variant::Path, Variant::All] {
-                let r = run_one(&a, v, streams(5, k, 1), &a.fig4_silver_vp, None)?;
-                eprintln!("fig4 k={k}: {}", summary_line(&r));
+            for (rep, v) in repetitions(a.repeat) {
+                let mut r = run_one(&a, v, streams(5, k, 1), &a.fig4_silver_vp, None)?;
+                r.rep = rep;
+                eprintln!("fig4 k={k} run {rep}: {}", summary_line(&r));
                 csv.push_str(&csv_row(&r));
                 rows.push(r);
             }
@@ -772,6 +785,56 @@ pub fn run(a: TranscoderArgs) -> Result<std::process::ExitCode> {
         plot_fig4(&rows, &a.out.join("transcoder-fig4.png"))?;
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The runs of one point: `n` repetitions of both variants, path-based
+/// first in even ones and all-in-one first in odd ones (so that neither
+/// variant always runs on the warmer, or the noisier, side of a pair).
+fn repetitions(n: u32) -> impl Iterator<Item = (u32, Variant)> {
+    (0..n.max(1)).flat_map(|rep| {
+        let order = if rep % 2 == 0 { [Variant::Path, Variant::All] } else { [Variant::All, Variant::Path] };
+        order.map(|v| (rep, v))
+    })
+}
+
+/// Mean of `f` over the runs of `variant` with `k` silver streams.
+fn mean_of(rows: &[RunResult], variant: Variant, k: usize, f: impl Fn(&RunResult) -> f64) -> Option<f64> {
+    let v: Vec<f64> = rows.iter().filter(|r| r.variant == variant && count(r, Tier::Silver) == k).map(f).collect();
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+/// Table 3 per silver count: each variant's mean CPU over its runs, the
+/// ratio of the means, the range of the per-repetition ratios, and whether
+/// every run was loss-free (`min_received_fraction` 1).
+fn table3_summary(rows: &[RunResult]) -> String {
+    let mut ks: Vec<usize> = rows.iter().map(|r| count(r, Tier::Silver)).collect();
+    ks.sort_unstable();
+    ks.dedup();
+    let mut out = String::from("silver,runs,path_cpu_pct,all_cpu_pct,path_over_all,ratio_min,ratio_max,loss_free\n");
+    for k in ks {
+        let (Some(p), Some(a)) =
+            (mean_of(rows, Variant::Path, k, RunResult::cpu_pct), mean_of(rows, Variant::All, k, RunResult::cpu_pct))
+        else {
+            continue;
+        };
+        let at = |v: Variant, rep: u32| {
+            rows.iter().find(|r| r.variant == v && r.rep == rep && count(r, Tier::Silver) == k).map(RunResult::cpu_pct)
+        };
+        let reps: Vec<u32> = {
+            let mut v: Vec<u32> = rows.iter().filter(|r| count(r, Tier::Silver) == k).map(|r| r.rep).collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        let ratios: Vec<f64> =
+            reps.iter().filter_map(|&rep| Some(at(Variant::Path, rep)? / at(Variant::All, rep)?)).collect();
+        let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let loss_free =
+            rows.iter().filter(|r| count(r, Tier::Silver) == k).all(|r| r.min_fraction() >= 1.0 - f64::EPSILON);
+        out.push_str(&format!("{k},{},{p:.2},{a:.2},{:.4},{lo:.4},{hi:.4},{loss_free}\n", reps.len(), p / a));
+    }
+    out
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> Result<()> {
@@ -801,14 +864,21 @@ fn plot_table3(rows: &[RunResult], out: &Path) -> Result<()> {
         .build_cartesian_2d(0f64..xmax, 0f64..ymax)
         .map_err(|x| e(&x))?;
     c.configure_mesh().x_desc("silver streams").y_desc("CPU %").draw().map_err(|x| e(&x))?;
+    let mut ks: Vec<usize> = rows.iter().map(|r| count(r, Tier::Silver)).collect();
+    ks.sort_unstable();
+    ks.dedup();
     for (v, col) in [(Variant::Path, BLUE), (Variant::All, RED)] {
-        let pts: Vec<(f64, f64)> =
-            rows.iter().filter(|r| r.variant == v).map(|r| (count(r, Tier::Silver) as f64, r.cpu_pct())).collect();
-        c.draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
+        // The mean of each point's runs, and every run as a small dot.
+        let means: Vec<(f64, f64)> =
+            ks.iter().filter_map(|&k| Some((k as f64, mean_of(rows, v, k, RunResult::cpu_pct)?))).collect();
+        c.draw_series(LineSeries::new(means.clone(), col.stroke_width(2)))
             .map_err(|x| e(&x))?
-            .label(v.name())
+            .label(format!("{} (mean of runs)", v.name()))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
-        c.draw_series(pts.into_iter().map(|p| Circle::new(p, 4, col.filled()))).map_err(|x| e(&x))?;
+        c.draw_series(means.into_iter().map(|p| Circle::new(p, 4, col.filled()))).map_err(|x| e(&x))?;
+        let runs: Vec<(f64, f64)> =
+            rows.iter().filter(|r| r.variant == v).map(|r| (count(r, Tier::Silver) as f64, r.cpu_pct())).collect();
+        c.draw_series(runs.into_iter().map(|p| Circle::new(p, 2, col.mix(0.5)))).map_err(|x| e(&x))?;
     }
     super::plot::legend(&mut c, SeriesLabelPosition::UpperLeft, 14).map_err(|x| e(&x))?;
     root.present().map_err(|x| e(&x))?;
@@ -832,10 +902,17 @@ fn plot_fig4(rows: &[RunResult], out: &Path) -> Result<()> {
     c.configure_mesh().x_desc("silver streams").y_desc("kbit/s (payload)").draw().map_err(|x| e(&x))?;
     for (t, col) in [(Tier::Gold, BLUE), (Tier::Silver, GREEN), (Tier::Bronze, RED)] {
         for v in [Variant::Path, Variant::All] {
-            let pts: Vec<(f64, f64)> = rows
+            // The mean of each point's runs.
+            let mut ks: Vec<usize> = rows
                 .iter()
-                .filter(|r| r.variant == v)
-                .filter_map(|r| r.tier_kbps(t).map(|k| (count(r, Tier::Silver) as f64, k)))
+                .filter(|r| r.variant == v && r.tier_kbps(t).is_some())
+                .map(|r| count(r, Tier::Silver))
+                .collect();
+            ks.sort_unstable();
+            ks.dedup();
+            let pts: Vec<(f64, f64)> = ks
+                .iter()
+                .filter_map(|&k| Some((k as f64, mean_of(rows, v, k, |r| r.tier_kbps(t).unwrap_or(0.0))?)))
                 .collect();
             let style = if v == Variant::Path { col.stroke_width(2) } else { col.mix(0.5).stroke_width(1) };
             c.draw_series(LineSeries::new(pts.clone(), style))
