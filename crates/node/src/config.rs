@@ -684,6 +684,11 @@ pub struct ModulesConfig {
     /// transcoder's silver path, docs/transcoder.md, takes about 11 M).
     #[serde(default = "max_cpu")]
     pub max_cpu: u64,
+    /// Packets one invocation of a module may send, `1..=4096` (16 by
+    /// default: a module serving more clients per packet, as the
+    /// transcoder's all-in-one variant does, needs more).
+    #[serde(default = "max_sends", skip_serializing_if = "is_default_max_sends")]
+    pub max_sends: u32,
     /// How often a guaranteed dispatch of module work looks for waiting
     /// network input, µs. When a datagram waits, the dispatch ends at its
     /// next preemption point, the input is read (channel packets into their
@@ -739,6 +744,17 @@ fn max_cpu() -> u64 {
     anode_cred::VerifierConfig::default().node_limits.cpu
 }
 
+fn max_sends() -> u32 {
+    anode_sandbox::HostLimits::default().sends_per_invocation
+}
+
+fn is_default_max_sends(v: &u32) -> bool {
+    *v == max_sends()
+}
+
+/// The most `[modules] max_sends` may be.
+pub const MAX_SENDS: u32 = 4096;
+
 fn is_zero_u64(v: &u64) -> bool {
     *v == 0
 }
@@ -773,6 +789,7 @@ impl ModulesConfig {
             best_effort_vp: best_effort_vp(),
             require_channel_grants: false,
             max_cpu: max_cpu(),
+            max_sends: max_sends(),
             input_preempts_us: 0,
             sessions: Vec::new(),
         }
@@ -783,6 +800,9 @@ impl ModulesConfig {
     pub fn rcane(&self) -> Result<anode_sched::RcaneConfig, ConfigError> {
         let bad = |key: &'static str, reason: String| ConfigError::Rcane { key, reason };
         let mut c = anode_sched::RcaneConfig::default();
+        if !(1..=MAX_SENDS).contains(&self.max_sends) {
+            return Err(bad("max_sends", format!("{} is not in 1..={MAX_SENDS}", self.max_sends)));
+        }
         if !(1..=100).contains(&self.cpu_capacity_percent) {
             return Err(bad("cpu_capacity_percent", format!("{} is not in 1..=100", self.cpu_capacity_percent)));
         }
@@ -1570,6 +1590,11 @@ mod tests {
         assert_eq!(m("").max_cpu, 10_000_000);
         assert_eq!(m("max_cpu = 500000000").max_cpu, 500_000_000);
         assert!(NodeConfig::from_toml(&rc("max_cpu = -1")).is_err());
+        // Sends per invocation: 16 unless set, within 1..=4096.
+        assert_eq!(m("").max_sends, 16);
+        assert_eq!(m("max_sends = 256").max_sends, 256);
+        assert!(e(&rc("max_sends = 0")).contains("[modules] max_sends"));
+        assert!(e(&rc("max_sends = 4097")).contains("not in 1..=4096"));
         // Input preempting guaranteed dispatches: off unless asked for,
         // written back only when on.
         assert_eq!(m("").input_preempts_us, 0);

@@ -41,6 +41,7 @@ pub fn sandbox(
     let mut sc = SandboxConfig::default();
     sc.verifier.require_channel_grants = cfg.require_channel_grants;
     sc.verifier.node_limits.cpu = cfg.max_cpu;
+    sc.host.sends_per_invocation = cfg.max_sends;
     Ok(Sandbox::new(root, sc, routes)?)
 }
 
