@@ -134,7 +134,10 @@ fn check(dir: &Path) -> BTreeMap<u64, BTreeMap<u32, Vec<u8>>> {
 fn every_client_gets_decodable_frames_of_its_tier_in_both_variants() {
     let out = std::env::temp_dir().join(format!("anode-test-transcoder-{}", std::process::id()));
     let o = Command::new(ANODE)
-        .args(["experiment", "transcoder", "--steps", "one", "--seconds", "3", "--dump", "--modules"])
+        // The debug build's VPs: a silver frame costs about 2.4 ms here.
+        .args(["experiment", "transcoder", "--steps", "one", "--seconds", "3", "--dump"])
+        .args(["--rx-vp", "3ms/26ms", "--silver-vp", "2500us/26ms"])
+        .arg("--modules")
         .arg(modules())
         .arg("-o")
         .arg(&out)

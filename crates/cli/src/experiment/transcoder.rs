@@ -58,10 +58,20 @@ const CLIENT_SETUP: u16 = 7001;
 const PATH_PORT: u16 = 7100;
 /// The first client port at a.
 const CLIENT_BASE: u16 = 5000;
+/// Packets one invocation may send on c (`[modules] max_sends`): more than
+/// the all-in-one's clients (one packet each per frame).
+const MAX_SENDS: u32 = 256;
 /// Fuel per invocation on c, and in every module credential.
 pub const MAX_CPU: u64 = 400_000_000;
 /// One MP3 frame: 1,152 samples at 44.1 kHz.
 const FRAME: Duration = Duration::from_micros(26_122);
+/// Most silver streams of one run (the AES pod holds 64 bindings; 5 gold
+/// and 24 silver are past this machine's saturation in a release build).
+const MAX_SILVER: u16 = 24;
+/// A self-waking path's alarm period, ms: just under a frame, so that a
+/// path never falls a frame behind for long (each poll serves every frame
+/// it has not served).
+const ALARM_MS: u8 = 26;
 /// Distinct source frames generated (then repeated, with rising seq).
 const DISTINCT: usize = 48;
 
@@ -75,25 +85,26 @@ pub struct TranscoderArgs {
     #[arg(long, default_value_t = 8.0)]
     seconds: f64,
     /// Silver streams of Table 3's runs (1 gold + 1 bronze + k silver).
-    #[arg(long, value_delimiter = ',', default_value = "1,3,5")]
+    #[arg(long, value_delimiter = ',', default_value = "1,3,5,7,9,11")]
     table3: Vec<u16>,
     /// Silver streams of Fig. 4's runs (5 gold + 1 bronze + k silver).
-    #[arg(long, value_delimiter = ',', default_value = "0,3,6,9,12,14")]
+    #[arg(long, value_delimiter = ',', default_value = "0,4,8,12,16,20,24")]
     fig4: Vec<u16>,
     /// The receive path's VP, `SLICE/PERIOD` (it decodes, and encodes
-    /// bronze, once per frame).
-    #[arg(long, default_value = "3ms/26ms")]
+    /// bronze, once per frame: about 1 ms in a release build).
+    #[arg(long, default_value = "2ms/26ms")]
     rx_vp: String,
     /// Each gold path's VP.
     #[arg(long, default_value = "500us/26ms")]
     gold_vp: String,
-    /// Each silver path's VP (a silver frame is about 2.4 ms here, debug build).
-    #[arg(long, default_value = "2500us/26ms")]
+    /// Each silver path's VP (a silver frame is about 1.3 ms in a release
+    /// build, 2.4 ms in a debug one; slack covers the rest).
+    #[arg(long, default_value = "1500us/26ms+extra")]
     silver_vp: String,
-    /// Each silver path's VP in Fig. 4: less than a frame's cost, plus
-    /// slack, so that past the admission limit silver streams can still be
-    /// added and the machine saturates.
-    #[arg(long, default_value = "1ms/26ms+extra")]
+    /// Each silver path's VP in Fig. 4: less than a frame's cost (about
+    /// 1.3 ms in a release build), plus slack, so that past the admission
+    /// limit silver streams can still be added and the machine saturates.
+    #[arg(long, default_value = "500us/26ms+extra")]
     fig4_silver_vp: String,
     /// The bronze path's VP (with slack).
     #[arg(long, default_value = "500us/26ms+extra")]
@@ -101,6 +112,12 @@ pub struct TranscoderArgs {
     /// The all-in-one's VP (the paper's 85 ms/100 ms; this node admits at most 80 %).
     #[arg(long, default_value = "78ms/100ms")]
     all_vp: String,
+    /// How the path-based variant's per-stream paths are woken: `alarm`
+    /// (each path re-arms its own alarm every 26 ms, on its own VP, as
+    /// Expert's paths are scheduled by the node) or `tick` (the harness
+    /// sends each path a packet every frame, as before).
+    #[arg(long, value_enum, default_value_t = Wake::Alarm)]
+    wake: Wake,
     /// Runs of each Table 3 and Fig. 4 point, per variant; the variants'
     /// order alternates from one repetition to the next.
     #[arg(long, default_value_t = 1)]
@@ -116,6 +133,15 @@ pub struct TranscoderArgs {
     /// Output directory.
     #[arg(short, long, default_value = "transcoder-out")]
     out: PathBuf,
+}
+
+/// How the per-stream paths are woken (`--wake`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Wake {
+    /// Each path's own alarm, re-armed every [`ALARM_MS`].
+    Alarm,
+    /// A packet from the harness to each path every frame.
+    Tick,
 }
 
 /// The tiers (their wire byte).
@@ -259,7 +285,7 @@ impl Bed {
         text.split_whitespace().last().map(str::to_string).ok_or_else(|| anyhow!("empty u.pub"))
     }
 
-    /// Raises c's `max_cpu`, appends `extra` (sessions, pods, loads) to
+    /// Raises c's `max_cpu` and `max_sends`, appends `extra` (sessions, pods, loads) to
     /// c's config, and starts both nodes as `testbed up` would (so that
     /// `testbed down` stops them).
     fn start(&mut self, extra: &str) -> Result<()> {
@@ -269,7 +295,11 @@ impl Bed {
         let Some(line) = cfg.lines().find(|l| l.starts_with("max_cpu = ")) else {
             bail!("c's node.toml has no max_cpu line");
         };
-        let cfg = format!("{}\n{extra}", cfg.replacen(line, &format!("max_cpu = {MAX_CPU}"), 1));
+        // The all-in-one sends one packet per client per frame: 5 gold and
+        // 24 silver clients are more than the default 16 sends an
+        // invocation may make (which capped it at 16 clients before).
+        let raised = format!("max_cpu = {MAX_CPU}\nmax_sends = {MAX_SENDS}");
+        let cfg = format!("{}\n{extra}", cfg.replacen(line, &raised, 1));
         std::fs::write(&cfg_path, cfg)?;
         for n in ["a", "c"] {
             let nd = self.dir.join("tb").join(n);
@@ -341,7 +371,7 @@ impl Bed {
     fn load(&self, u: &str, dir: &Path, file: &str, pod: Option<(&str, &[String])>, n: usize) -> Result<String> {
         let wasm = dir.join(format!("{file}.wasm")).to_string_lossy().into_owned();
         let cpu = MAX_CPU.to_string();
-        let ifaces = if pod.is_some() { "pod" } else { "net,pod" };
+        let ifaces = if pod.is_some() { "pod" } else { "net,pod,time" };
         let cred = self.cred(
             u,
             &format!("{file}-{n}.cred"),
@@ -543,6 +573,9 @@ fn run_one(
                 let mut p = vec![b'S'];
                 p.extend_from_slice(&setup_bytes(s));
                 tx.plain(c, PATH_PORT + idx, 64, &p).map_err(|e| anyhow!("set-up: {e}"))?;
+                if a.wake == Wake::Alarm {
+                    tx.plain(c, PATH_PORT + idx, 64, &[b'A', ALARM_MS]).map_err(|e| anyhow!("alarm: {e}"))?;
+                }
             }
         }
         Variant::All => {
@@ -584,8 +617,8 @@ fn run_one(
         })
     };
     let ticks: Vec<u16> = match variant {
-        Variant::Path => (0..paths.len() as u16).map(|i| PATH_PORT + i).collect(),
-        Variant::All => Vec::new(),
+        Variant::Path if a.wake == Wake::Tick => (0..paths.len() as u16).map(|i| PATH_PORT + i).collect(),
+        Variant::Path | Variant::All => Vec::new(),
     };
     let (mut cpu0, mut t0) = (0, start);
     for i in 0..n {
@@ -730,8 +763,8 @@ pub fn run(a: TranscoderArgs) -> Result<std::process::ExitCode> {
             bail!("--steps: unknown step {s:?} (one, table3, fig4, all)");
         }
     }
-    if a.table3.iter().chain(&a.fig4).any(|k| *k > 16) {
-        bail!("at most 16 silver streams");
+    if a.table3.iter().chain(&a.fig4).any(|k| *k > MAX_SILVER) {
+        bail!("at most {MAX_SILVER} silver streams");
     }
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     if all || steps.contains(&"one") {
@@ -797,24 +830,34 @@ fn repetitions(n: u32) -> impl Iterator<Item = (u32, Variant)> {
     })
 }
 
-/// Mean of `f` over the runs of `variant` with `k` silver streams.
-fn mean_of(rows: &[RunResult], variant: Variant, k: usize, f: impl Fn(&RunResult) -> f64) -> Option<f64> {
-    let v: Vec<f64> = rows.iter().filter(|r| r.variant == variant && count(r, Tier::Silver) == k).map(f).collect();
-    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+/// Median of `f` over the runs of `variant` with `k` silver streams (a
+/// run the machine's other load slowed is an outlier here, not a shift).
+fn median_of(rows: &[RunResult], variant: Variant, k: usize, f: impl Fn(&RunResult) -> f64) -> Option<f64> {
+    let mut v: Vec<f64> = rows.iter().filter(|r| r.variant == variant && count(r, Tier::Silver) == k).map(f).collect();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
 }
 
-/// Table 3 per silver count: each variant's mean CPU over its runs, the
-/// ratio of the means, the range of the per-repetition ratios, and whether
-/// every run was loss-free (`min_received_fraction` 1).
+/// Table 3 per silver count: each variant's median CPU over its runs, the
+/// ratio of the medians, the range of the per-repetition ratios, and
+/// whether every run was loss-free (`min_received_fraction` 1).
 fn table3_summary(rows: &[RunResult]) -> String {
     let mut ks: Vec<usize> = rows.iter().map(|r| count(r, Tier::Silver)).collect();
     ks.sort_unstable();
     ks.dedup();
-    let mut out = String::from("silver,runs,path_cpu_pct,all_cpu_pct,path_over_all,ratio_min,ratio_max,loss_free\n");
+    let mut out = String::from(
+        "silver,runs,path_cpu_pct_median,all_cpu_pct_median,path_over_all,ratio_min,ratio_max,loss_free\n",
+    );
     for k in ks {
-        let (Some(p), Some(a)) =
-            (mean_of(rows, Variant::Path, k, RunResult::cpu_pct), mean_of(rows, Variant::All, k, RunResult::cpu_pct))
-        else {
+        let (Some(p), Some(a)) = (
+            median_of(rows, Variant::Path, k, RunResult::cpu_pct),
+            median_of(rows, Variant::All, k, RunResult::cpu_pct),
+        ) else {
             continue;
         };
         let at = |v: Variant, rep: u32| {
@@ -868,14 +911,14 @@ fn plot_table3(rows: &[RunResult], out: &Path) -> Result<()> {
     ks.sort_unstable();
     ks.dedup();
     for (v, col) in [(Variant::Path, BLUE), (Variant::All, RED)] {
-        // The mean of each point's runs, and every run as a small dot.
-        let means: Vec<(f64, f64)> =
-            ks.iter().filter_map(|&k| Some((k as f64, mean_of(rows, v, k, RunResult::cpu_pct)?))).collect();
-        c.draw_series(LineSeries::new(means.clone(), col.stroke_width(2)))
+        // The median of each point's runs, and every run as a small dot.
+        let medians: Vec<(f64, f64)> =
+            ks.iter().filter_map(|&k| Some((k as f64, median_of(rows, v, k, RunResult::cpu_pct)?))).collect();
+        c.draw_series(LineSeries::new(medians.clone(), col.stroke_width(2)))
             .map_err(|x| e(&x))?
-            .label(format!("{} (mean of runs)", v.name()))
+            .label(format!("{} (median of runs)", v.name()))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
-        c.draw_series(means.into_iter().map(|p| Circle::new(p, 4, col.filled()))).map_err(|x| e(&x))?;
+        c.draw_series(medians.into_iter().map(|p| Circle::new(p, 4, col.filled()))).map_err(|x| e(&x))?;
         let runs: Vec<(f64, f64)> =
             rows.iter().filter(|r| r.variant == v).map(|r| (count(r, Tier::Silver) as f64, r.cpu_pct())).collect();
         c.draw_series(runs.into_iter().map(|p| Circle::new(p, 2, col.mix(0.5)))).map_err(|x| e(&x))?;
@@ -902,7 +945,7 @@ fn plot_fig4(rows: &[RunResult], out: &Path) -> Result<()> {
     c.configure_mesh().x_desc("silver streams").y_desc("kbit/s (payload)").draw().map_err(|x| e(&x))?;
     for (t, col) in [(Tier::Gold, BLUE), (Tier::Silver, GREEN), (Tier::Bronze, RED)] {
         for v in [Variant::Path, Variant::All] {
-            // The mean of each point's runs.
+            // The median of each point's runs.
             let mut ks: Vec<usize> = rows
                 .iter()
                 .filter(|r| r.variant == v && r.tier_kbps(t).is_some())
@@ -912,7 +955,7 @@ fn plot_fig4(rows: &[RunResult], out: &Path) -> Result<()> {
             ks.dedup();
             let pts: Vec<(f64, f64)> = ks
                 .iter()
-                .filter_map(|&k| Some((k as f64, mean_of(rows, v, k, |r| r.tier_kbps(t).unwrap_or(0.0))?)))
+                .filter_map(|&k| Some((k as f64, median_of(rows, v, k, |r| r.tier_kbps(t).unwrap_or(0.0))?)))
                 .collect();
             let style = if v == Variant::Path { col.stroke_width(2) } else { col.mix(0.5).stroke_width(1) };
             c.draw_series(LineSeries::new(pts.clone(), style))

@@ -30,7 +30,11 @@
 //! is charged on its own; a session without that VP runs it on its first,
 //! as `anode experiment transcoder`'s one-VP sessions, one per path, do).
 //! Its entry `ctl` takes `[b'S'][set-up]`
-//! (as `setup`) or `[b'T']` (a tick: as `poll`).
+//! (as `setup`), `[b'T']` (a tick: as `poll`), or `[b'A'][ms]`: from then
+//! on the path wakes itself, polling every `ms` milliseconds (1-255) from
+//! an alarm it re-arms each time (entry `alarm`) for the next multiple of
+//! `ms` on the node's clock, so that no packet per frame is needed and all
+//! paths wake together; a second `A` only changes the period.
 //!
 //! Each client gets `[seq u32 BE][tier][body]` on its UDP port. Results:
 //! clients served (>= 0); -1 bad input; -2 not set up; -4 the frame is not
@@ -47,7 +51,7 @@ use tc_common::{
     Binding, E_GONE, FRAME_SAMPLES, PCM_BYTES, Setup, Tier, client_packet, i16_to_pcm, seed_of, watermark,
 };
 
-entries_init! { init = init; "setup" => setup, "frame" => frame, "poll" => poll, "ctl" => ctl }
+entries_init! { init = init; "setup" => setup, "frame" => frame, "poll" => poll, "ctl" => ctl, "alarm" => alarm }
 
 /// Takes this instance's index (a ticket of pod `gold`; 0 without it)
 /// and opens its control channel.
@@ -71,8 +75,39 @@ fn ctl(ev: Event) -> i32 {
     match ev.input(&mut buf).split_first() {
         Some((b'S', s)) => setup_from(s),
         Some((b'T', [])) => poll_now(),
+        Some((b'A', [ms])) if *ms > 0 => {
+            let armed = PERIOD_MS.with(|p| p.replace(u64::from(*ms))) > 0;
+            if armed || arm(u64::from(*ms)) {
+                0
+            } else {
+                -6
+            }
+        }
         _ => -1,
     }
+}
+
+thread_local! {
+    /// The self-wake period set by `[b'A'][ms]` (0: woken by ticks only).
+    static PERIOD_MS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Arms the self-wake alarm for the next multiple of `ms` on the node's
+/// clock: every path with the same period then wakes in the same
+/// millisecond, and the node serves them in one wake-up rather than one
+/// each.
+fn arm(ms: u64) -> bool {
+    let delay = ms - anode_sdk::time::now_ms() % ms;
+    anode_sdk::time::set_alarm(delay, "alarm").is_ok()
+}
+
+/// The self-wake alarm: re-arms itself, then serves what the cache holds.
+fn alarm(_ev: Event) -> i32 {
+    let ms = PERIOD_MS.with(std::cell::Cell::get);
+    if ms > 0 && !arm(ms) {
+        PERIOD_MS.with(|p| p.set(0));
+    }
+    poll_now()
 }
 
 /// Entries a cache pod keeps (`tc-cache`'s `SLOTS`).
