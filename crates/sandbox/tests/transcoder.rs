@@ -88,13 +88,14 @@ fn codec_sandbox() -> Sandbox {
     sandbox_with(cfg, line_routes(1, 1))
 }
 
-/// A credential for `p` to load `code` with `net` and `pod`, and room for
+/// A credential for `p` to load `code` with `net`, `pod` and `time` (a
+/// path's self-wake alarm), and room for
 /// a codec: 500 M fuel per invocation (the admin credential's 10 M is less
 /// than a silver encode), 32 MiB of memory.
 fn codec_cred(p: PrincipalId, code: &[u8]) -> Credential {
     let spec = GrantSpec {
         modules: vec![ModuleGrant::Hash(ModuleHash::of(code))],
-        interfaces: InterfaceSet::of(&[Interface::Net, Interface::Pod]),
+        interfaces: InterfaceSet::of(&[Interface::Net, Interface::Pod, Interface::Time]),
         limits: Limits { memory: 32 << 20, cpu: 500_000_000, state: 4096 },
         expires: None,
     };
