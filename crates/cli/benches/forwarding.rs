@@ -12,6 +12,13 @@
 //!    namespaces with kernel ICMP ping between the same hosts.
 //! 3. **Profile**: `perf record` of b during a SNAP (and a plain) trial; the
 //!    VM's share of b's CPU time.
+//! 4. **Relays** (`relays`): the floor a process per hop sets on this
+//!    machine. Chains of 0-6 bare relay processes on loopback (the same
+//!    relay as the throughput baseline); a probe goes from the harness
+//!    through a chain back to the harness, one probe in flight, the same gap
+//!    between probes as the pings. The slope over the chain length is what
+//!    one wake-up-and-forward costs; an anode hop is two of them (one more
+//!    node each way).
 //!
 //! `cargo bench -p anode --bench forwarding`; `ANODE_BENCH_QUICK=1` for a
 //! smoke run (`cargo test --benches` runs only a quick throughput and latency
@@ -23,7 +30,7 @@
 //! - `ANODE_BENCH_PINGS` pings per latency case (default 1000);
 //! - `ANODE_BENCH_PROFILE_S` seconds of each perf recording (default 6);
 //! - `ANODE_BENCH_ONLY` comma list of `throughput`, `profile`, `latency`,
-//!   `netns` (default all);
+//!   `netns`, `relays` (default all);
 //! - `ANODE_BENCH_PIN=1` pins b and the relay to CPU 1, the generator and
 //!   sink to CPU 0 (default off);
 //! - `ANODE_BENCH_BASELINE=/path/to/anode` also runs a second middle node
@@ -1579,6 +1586,91 @@ fn latency_report(title: &str, samples: &Samples, lost: &BTreeMap<(PingKind, usi
     let _ = writeln!(report, "\n{n} RTTs, {total_lost} lost (no reply within 1 s).");
 }
 
+/// Longest relay chain of the `relays` part.
+const MAX_CHAIN: usize = 6;
+
+/// The `relays` part: RTT of a probe through chains of 0..=[`MAX_CHAIN`]
+/// bare relay processes and back to the harness, cases in a fresh random
+/// order each round, one probe in flight.
+fn relay_chains(s: &Settings, report: &mut String) {
+    eprintln!("relays: chains of 0-{MAX_CHAIN} bare relay processes on loopback, {} probes per case", s.pings);
+    let sink = udp_socket();
+    sink.set_nonblocking(false).expect("blocking");
+    sink.set_read_timeout(Some(Duration::from_millis(200))).expect("timeout");
+    let sink_addr = sink.local_addr().expect("sink");
+    let src = udp_socket();
+    // Chain k: k relays, the last one relaying to the sink.
+    let mut relays = Vec::new();
+    let mut entries = Vec::new();
+    for k in 0..=MAX_CHAIN {
+        let mut to = sink_addr;
+        for _ in 0..k {
+            let r = Relay::start(to);
+            to = r.inner.addr;
+            relays.push(r);
+        }
+        entries.push(to);
+    }
+    let mut cases: Vec<(usize, usize)> = SIZES.iter().flat_map(|&z| (0..=MAX_CHAIN).map(move |k| (z, k))).collect();
+    let mut samples: BTreeMap<(usize, usize), Vec<f64>> = BTreeMap::new();
+    let mut lost: BTreeMap<(usize, usize), usize> = BTreeMap::new();
+    let warm = if s.quick { 3 } else { 20 };
+    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+    let mut seq = 0u32;
+    let mut buf = vec![0u8; 2048];
+    for round in 0..warm + s.pings {
+        rng.shuffle(&mut cases);
+        for &(size, k) in &cases {
+            seq += 1;
+            let probe = ping_payload(seq, size);
+            let t = Instant::now();
+            src.send_to(&probe, entries[k]).expect("send");
+            let mut got = None;
+            while let Ok((n, _)) = sink.recv_from(&mut buf) {
+                if n >= 4 && buf[..4] == probe[..4] {
+                    got = Some(t.elapsed().as_secs_f64() * 1e6);
+                    break;
+                }
+            }
+            if round >= warm {
+                match got {
+                    Some(us) => samples.entry((size, k)).or_default().push(us),
+                    None => *lost.entry((size, k)).or_default() += 1,
+                }
+            }
+            thread::sleep(s.gap);
+        }
+    }
+    drop(relays);
+    let _ = writeln!(
+        report,
+        "\n## Latency: chains of bare relay processes (loopback)\n\n\
+         µs; {} probes per cell, one in flight, {} µs between probes\n\n\
+         | size | relays | median | p90 | lost |\n|---:|---:|---:|---:|---:|",
+        s.pings,
+        s.gap.as_micros()
+    );
+    for &size in &SIZES {
+        for k in 0..=MAX_CHAIN {
+            let v = samples.get(&(size, k)).map(Vec::as_slice).unwrap_or(&[]);
+            let l = lost.get(&(size, k)).copied().unwrap_or(0);
+            let _ = writeln!(report, "| {size} | {k} | {:.1} | {:.1} | {l} |", median(v), quantile(v, 0.9));
+        }
+    }
+    let _ = writeln!(
+        report,
+        "\n| size | µs per relay (slope of the medians) | × 2 (what an anode hop crosses) |\n|---:|---:|---:|"
+    );
+    for &size in &SIZES {
+        let pts: Vec<(f64, f64)> = (0..=MAX_CHAIN)
+            .filter_map(|k| samples.get(&(size, k)).map(|v| (k as f64, median(v))))
+            .filter(|p| p.1.is_finite())
+            .collect();
+        let per = slope(&pts);
+        let _ = writeln!(report, "| {size} | {per:.1} | {:.1} |", 2.0 * per);
+    }
+}
+
 fn netns_possible() -> Result<(), String> {
     if !nix::unistd::geteuid().is_root() {
         return Err("not root".into());
@@ -1689,6 +1781,9 @@ fn main() {
         let (samples, lost) = ping_matrix(&dirs, &s, false);
         latency_report("line of 4 daemons on loopback UDP (a pings a, b, c, d)", &samples, &lost, &mut report);
         drop(line);
+    }
+    if s.wants("relays") {
+        relay_chains(&s, &mut report);
     }
     if s.wants("netns") {
         match netns_possible() {
