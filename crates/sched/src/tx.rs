@@ -230,6 +230,11 @@ struct Client<T> {
     guarantee: Option<Guarantee>,
     budget_ns: i64,
     period_end: u64,
+    /// A guarantee removed before its period ended: the guarantee, the
+    /// budget it had left and its period's end. Asking again before that
+    /// end continues the period instead of starting one with a whole slice,
+    /// so that dropping and re-asking cannot buy time.
+    lapsed: Option<(Guarantee, i64, u64)>,
     deficit: u64,
     /// Served before everyone (see the module doc).
     priority: bool,
@@ -254,6 +259,7 @@ impl<T> Client<T> {
             guarantee: None,
             budget_ns: 0,
             period_end: 0,
+            lapsed: None,
             deficit: 0,
             cur_ns: 0,
             prev_ns: None,
@@ -313,8 +319,13 @@ impl<T> Client<T> {
         self.cur_ns = 0;
     }
 
-    fn idle(&self) -> bool {
-        self.queue.is_empty() && self.guarantee.is_none() && !self.priority
+    /// Nothing to keep at `now`: no queue, guarantee or priority, and no
+    /// lapsed period still running.
+    fn idle(&self, now: u64) -> bool {
+        self.queue.is_empty()
+            && self.guarantee.is_none()
+            && !self.priority
+            && self.lapsed.is_none_or(|(_, _, end)| end <= now)
     }
 }
 
@@ -373,14 +384,16 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
         if self.clients.len() < self.cfg.max_clients {
             return true;
         }
-        self.clients.retain(|_, c| !c.idle());
+        let now = self.now;
+        self.clients.retain(|_, c| !c.idle(now));
         self.clients.len() < self.cfg.max_clients
     }
 
     /// Sets (or with `None` removes) `key`'s guarantee at `now`. A new
     /// guarantee starts a period at `now` with a whole slice; a changed one
     /// keeps its period's end and moves its budget by the change (at most
-    /// one new slice).
+    /// one new slice). A guarantee asked for again within the period of
+    /// one removed earlier counts as a change of that one.
     ///
     /// # Errors
     /// [`TxError::BadGuarantee`], [`TxError::Overbooked`] (the old
@@ -413,8 +426,16 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
         // A window across a change compares with neither guarantee.
         c.prev_ns = None;
         c.cur_ns = 0;
+        // Asked again within a removed guarantee's period: a change of it.
+        let (old, budget, end) = match (old, c.lapsed.take()) {
+            (None, Some((o, b, e))) if now < e => (Some(o), b, e),
+            _ => (old, budget, end),
+        };
         match (old, g) {
             (_, None) => {
+                if let Some(o) = old {
+                    c.lapsed = (now < end).then_some((o, budget, end));
+                }
                 c.guarantee = None;
                 c.budget_ns = 0;
                 if !c.queue.is_empty() && !c.in_ring {
@@ -786,6 +807,41 @@ mod tests {
             assert!(be.abs_diff(48 * MS - want) <= 2 * pkt, "{pct} %: best effort {be}");
         }
         assert_eq!(l.stats().booked_ppb, 650_000_000);
+    }
+
+    #[test]
+    fn reservation_changes_racing_with_transmission_take_no_more_than_the_guarantee() {
+        // E holds 2 ms in 6 ms throughout. F holds 25 % and, every 0.5 ms
+        // while its packets are queued, drops its guarantee and asks for it
+        // again (or for 10 % and back): a principal racing its own
+        // reservation changes against the link. Over any 12 ms F gets at
+        // most two of its slices (and a packet), E keeps its own, and best
+        // effort gets the rest.
+        let mut l = link();
+        l.set_guarantee(1, Some(g(2, 1, 6)), 0).unwrap();
+        l.set_guarantee(2, Some(g(3, 2, 6)), 0).unwrap();
+        let mut sent = Vec::new();
+        let step = MS / 2;
+        for i in 0..240u64 {
+            let t = i * step;
+            if i % 2 == 0 {
+                l.set_guarantee(2, None, t).unwrap();
+                l.set_guarantee(2, Some(g(3, 2, 6)), t).unwrap();
+            } else {
+                l.set_guarantee(2, Some(g(6, 10, 6)), t).unwrap();
+                l.set_guarantee(2, Some(g(3, 2, 6)), t).unwrap();
+            }
+            sent.extend(run(&mut l, &[0, 1, 2], t, t + step));
+        }
+        let pkt = l.link_ns(PKT);
+        for k in (0..18).map(|i| i * 6 * MS) {
+            let f = share(&sent, 2, k, k + 12 * MS);
+            assert!(f <= 2 * (3 * MS / 2) + pkt, "F took {f} ns in [{k}, +12 ms), its share is {}", 3 * MS);
+            let e = share(&sent, 1, k, k + 12 * MS);
+            assert!(e.abs_diff(4 * MS) <= pkt, "E got {e} ns in [{k}, +12 ms)");
+        }
+        let be = share(&sent, 0, 0, 108 * MS);
+        assert!(be + pkt >= 108 * MS - 108 * MS / 3 - 108 * MS / 4, "best effort {be}");
     }
 
     #[test]
