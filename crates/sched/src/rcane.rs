@@ -31,7 +31,9 @@ use crate::account::{Account, Charge, CloseReason, KINDS, Owner, PrincipalId, Re
 use crate::admission::{AdmissionError, Capacity, Ceilings, Limit, ReserveRequest, Resource, VpOp, check};
 use crate::handle::{Lookup, PoolId, SessionId, Slab, VpId};
 use crate::pool::{Pool, PoolSpec, PoolStats};
-use crate::scheduler::{Charged, Dispatch, DispatchKind, MAX_PERIOD_NS, SchedConfig, SchedError, Scheduler, VpParams};
+use crate::scheduler::{
+    Charged, Dispatch, DispatchKind, MAX_PERIOD_NS, SchedConfig, SchedError, Scheduler, VpInfo, VpParams,
+};
 use std::collections::VecDeque;
 
 /// What is wrong with a handle a request named.
@@ -386,7 +388,18 @@ pub struct Rcane<E> {
     events: VecDeque<SessionEvent>,
     dropped_records: u64,
     orphan_cpu_ns: u64,
+    /// Principals' VPs removed before their period ended (oldest first, at
+    /// most [`MAX_LAPSED`]): a VP the same principal adds before that end
+    /// goes on with the period ([`Scheduler::continue_lapsed`]) instead of
+    /// beginning one with a whole slice.
+    lapsed: VecDeque<(PrincipalId, VpInfo)>,
 }
+
+/// Removed VPs whose periods [`Rcane`] remembers. Beyond it the oldest is
+/// forgotten: a principal would need this many VPs removed within one
+/// period (each request is itself a control message, at most
+/// `max_request_ops` operations) to win a slice back.
+pub const MAX_LAPSED: usize = 1024;
 
 impl<E> Rcane<E> {
     /// Creates the core with its System and Best-Effort sessions.
@@ -433,6 +446,7 @@ impl<E> Rcane<E> {
             events: VecDeque::new(),
             dropped_records: 0,
             orphan_cpu_ns: 0,
+            lapsed: VecDeque::new(),
         };
         r.reset_work(system.1);
         r.reset_work(best_effort.1);
@@ -823,7 +837,44 @@ impl<E> Rcane<E> {
         }
     }
 
+    /// The principal owning `sid`, if a principal does.
+    fn principal_of(&self, sid: SessionId) -> Option<PrincipalId> {
+        match self.sessions.get(sid).map(|s| s.owner) {
+            Ok(Owner::Principal(p)) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// Remembers `vp`'s period, about to be removed, for `principal`.
+    fn lapse(&mut self, principal: PrincipalId, vp: VpId, now: u64) {
+        self.lapsed.retain(|(_, i)| i.deadline_ns > now);
+        let Ok(info) = self.sched.info(vp) else { return };
+        if info.deadline_ns <= now {
+            return;
+        }
+        if self.lapsed.len() >= MAX_LAPSED {
+            self.lapsed.pop_front();
+        }
+        self.lapsed.push_back((principal, info));
+    }
+
+    /// Makes `vp`, just added for `principal`, go on with one of its
+    /// lapsed periods (one of the same period first).
+    fn resume_lapsed(&mut self, principal: PrincipalId, vp: VpId, now: u64) {
+        let Ok(period) = self.sched.info(vp).map(|i| i.params.period_ns) else { return };
+        let live = |(p, i): &(PrincipalId, VpInfo)| *p == principal && i.deadline_ns > now;
+        let at = self
+            .lapsed
+            .iter()
+            .position(|e| live(e) && e.1.params.period_ns == period)
+            .or_else(|| self.lapsed.iter().position(live));
+        if let Some((_, info)) = at.and_then(|k| self.lapsed.remove(k)) {
+            let _ = self.sched.continue_lapsed(vp, &info, now);
+        }
+    }
+
     fn apply(&mut self, sid: SessionId, plan: Plan, now: u64) -> Result<Vec<VpId>, RcaneError> {
+        let principal = self.principal_of(sid);
         // Adds first: the only step that can fail (no VP slot left); undo
         // them if it does, so the request stays all or nothing.
         let mut added = Vec::with_capacity(plan.add.len());
@@ -838,8 +889,18 @@ impl<E> Rcane<E> {
                 }
             }
         }
+        // What the removed VPs had left of their periods goes to the added
+        // ones, before either is touched.
+        if let Some(p) = principal {
+            for &vp in &plan.remove {
+                self.lapse(p, vp, now);
+            }
+        }
         for &vp in &added {
             self.reset_work(vp);
+            if let Some(p) = principal {
+                self.resume_lapsed(p, vp, now);
+            }
         }
         for (vp, p) in plan.change {
             self.sched.set_params(vp, p, now)?;
@@ -909,6 +970,11 @@ impl<E> Rcane<E> {
             return Err(RcaneError::Builtin);
         }
         let vps = self.sessions.get(sid).map_err(|l| RcaneError::Session(sid, from_lookup(l)))?.vps.clone();
+        if let Some(p) = self.principal_of(sid) {
+            for &vp in &vps {
+                self.lapse(p, vp, now);
+            }
+        }
         let mut discarded = 0;
         for vp in vps {
             discarded += self.remove_vp(sid, vp, now);

@@ -2,7 +2,7 @@
 
 use crate::common::*;
 use anode_sched::{
-    AdmissionError, Capacity, Ceilings, CloseReason, DispatchKind, HandleError, Limit, Owner, PoolSpec, PostRefusal,
+    AdmissionError, Capacity, Ceilings, Charged, CloseReason, DispatchKind, HandleError, Limit, Owner, PoolId, PoolSpec, PostRefusal,
     PrincipalId, Rcane, RcaneConfig, RcaneError, ReserveRequest, Resource, ResourceKind, SessionEvent, VpOp,
 };
 
@@ -319,4 +319,57 @@ fn config_is_checked() {
     assert!(matches!(Rcane::<u8>::new(two, 0), Err(anode_sched::ConfigError::CapacityAboveOneCpu(_))));
     let bounds = RcaneConfig { min_period_ns: 10, max_period_ns: 5, ..RcaneConfig::default() };
     assert!(matches!(Rcane::<u8>::new(bounds, 0), Err(anode_sched::ConfigError::PeriodBounds { .. })));
+}
+
+/// Runs P's churn for 200 ms in 0.5 ms steps, `churn` making P's new VP
+/// (and its pool, kept full) at each step; returns the CPU P received.
+fn churned_cpu(n: &mut Rcane<u32>, mut churn: impl FnMut(&mut Rcane<u32>, u64) -> PoolId) -> u64 {
+    let step = MS / 2;
+    let mut rng = Rng(7);
+    let mut got = 0;
+    let mut now = 0;
+    for i in 0..400u64 {
+        let t = i * step;
+        let pool = churn(n, t);
+        for e in 0..8 {
+            let _ = n.post(pool, e, t);
+        }
+        now = now.max(t);
+        got += drive(n, &mut now, t + step, Grain::Exact, &mut rng).iter().map(Charged::total_ns).sum::<u64>();
+    }
+    got
+}
+
+#[test]
+fn replacing_a_vp_or_reopening_a_session_over_and_over_takes_no_more_than_the_guarantee() {
+    // P holds one VP of 1 ms in 10 ms (10 %, no slack) and has work all the
+    // time. Every 0.5 ms it replaces the VP (remove and add in one request)
+    // or closes its session and opens another: each new VP used to begin a
+    // period with a whole slice, which took P 60 % of the CPU. Over 200 ms
+    // it may have its 20 slices and a little.
+    let spec = PoolSpec { max_queued: 64, max_in_progress: 1 };
+    let one = vp(MS, 10 * MS, false);
+    let c = generous();
+    // Replacing the VP.
+    let mut n = node();
+    let g = n.open_session(P, c, None, &add(&[one]), 0).unwrap();
+    let mut cur = g.added[0];
+    let got = churned_cpu(&mut n, |n, t| {
+        let req = ReserveRequest { vps: vec![VpOp::Remove(cur), VpOp::Add(one)], ..ReserveRequest::default() };
+        cur = n.reserve(&P, g.session, &req, t).unwrap().added[0];
+        n.open_pool(&P, g.session, cur, spec, t).unwrap()
+    });
+    assert!(got <= 21 * MS, "replacing its VP, P got {} ms of 200, its share is 20", got / MS);
+    // Reopening the session.
+    let mut n = node();
+    let mut sid = None;
+    let got = churned_cpu(&mut n, |n, t| {
+        if let Some(s) = sid {
+            n.close_session(&P, s, t).unwrap();
+        }
+        let g = n.open_session(P, c, None, &add(&[one]), t).unwrap();
+        sid = Some(g.session);
+        n.open_pool(&P, g.session, g.added[0], spec, t).unwrap()
+    });
+    assert!(got <= 21 * MS, "reopening its session, P got {} ms of 200, its share is 20", got / MS);
 }
