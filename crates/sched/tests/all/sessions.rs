@@ -2,8 +2,9 @@
 
 use crate::common::*;
 use anode_sched::{
-    AdmissionError, Capacity, Ceilings, Charged, CloseReason, DispatchKind, HandleError, Limit, Owner, PoolId, PoolSpec, PostRefusal,
-    PrincipalId, Rcane, RcaneConfig, RcaneError, ReserveRequest, Resource, ResourceKind, SessionEvent, VpOp,
+    AdmissionError, Capacity, Ceilings, Charged, CloseReason, DispatchKind, HandleError, Limit, Owner, PoolId,
+    PoolSpec, PostRefusal, PrincipalId, Rcane, RcaneConfig, RcaneError, ReserveRequest, Resource, ResourceKind,
+    SessionEvent, VpOp,
 };
 
 const P: PrincipalId = PrincipalId([1; 32]);
