@@ -459,7 +459,10 @@ fn run_node(config: &Path) -> (ExitStatus, String) {
 #[test]
 fn config_errors_are_reported() {
     let dir = TempDir::new("cfg");
-    let ports = free_ports(1);
+    // Hold the port for the whole test: a port only picked as free could be
+    // taken by a test running beside this one before the bind below.
+    let hold = UdpSocket::bind(("127.0.0.1", 0)).expect("hold a port");
+    let ports = [hold.local_addr().expect("held port").port()];
     let good = format!(
         "address = \"10.0.0.1\"\nrun_dir = \"run\"\n[[interface]]\nname = \"east\"\nlisten = \"127.0.0.1:{}\"\n\
          neighbors = [{{ address = \"10.0.0.2\", endpoint = \"127.0.0.1:9\" }}]\n",
@@ -495,7 +498,6 @@ fn config_errors_are_reported() {
     // A port in use names the interface and the address.
     let p = dir.0.join("inuse.toml");
     std::fs::write(&p, &good).expect("write");
-    let hold = UdpSocket::bind(("127.0.0.1", ports[0])).expect("hold the port");
     let (st, err) = run_node(&p);
     assert_eq!(st.code(), Some(1), "{err}");
     assert!(err.contains("interface \"east\"") && err.contains(&format!("127.0.0.1:{}", ports[0])), "{err}");
