@@ -52,3 +52,9 @@ pub mod secure;
 pub mod switchlets;
 
 pub use anode_wire::{anep, control, local, plain};
+
+/// A hash map for the per-packet tables whose keys the node chose itself
+/// (configured neighbours and routes): foldhash, seeded per process,
+/// instead of SipHash, which took 4-8 % of a forwarding node's CPU. Tables
+/// that a remote party can fill (handshake sources) keep SipHash.
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;

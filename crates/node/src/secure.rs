@@ -15,7 +15,6 @@ use crate::counters::Drop;
 use anode_sec::links::Stats;
 use anode_sec::{HsReject, Identity, Lifetime, Links, LinksConfig, Mode, PeerConfig, RateLimit, Reject};
 use core::net::{Ipv4Addr, SocketAddr};
-use std::collections::HashMap;
 
 /// What the daemon hands the node when security is on.
 #[derive(Debug, Clone)]
@@ -36,9 +35,9 @@ pub fn type_of(mode: Mode) -> u16 {
 
 pub(crate) struct Guard {
     pub links: Links,
-    peer_of_endpoint: HashMap<SocketAddr, usize>,
+    peer_of_endpoint: crate::FastMap<SocketAddr, usize>,
     addr_of_peer: Vec<Option<Ipv4Addr>>,
-    iface_of_endpoint: HashMap<SocketAddr, usize>,
+    iface_of_endpoint: crate::FastMap<SocketAddr, usize>,
     pub outs: Vec<anode_sec::Output>,
 }
 
@@ -54,7 +53,7 @@ impl Guard {
         let default = sec.default_mode()?;
         let mut peers = Vec::new();
         let mut addr_of_peer = Vec::new();
-        let mut iface_of_endpoint = HashMap::new();
+        let mut iface_of_endpoint = crate::FastMap::default();
         for (i, iface) in cfg.interfaces.iter().enumerate() {
             for n in &iface.neighbors {
                 let k = n.key.as_deref().ok_or(ConfigError::MissingNeighborKey(n.address))?;
@@ -91,8 +90,9 @@ impl Guard {
             ..LinksConfig::default()
         };
         let links = Links::new(init.identity, lc, now_ms)?;
-        let peer_of_endpoint =
-            (0..links.peer_count()).filter_map(|p| links.endpoint_of(p).map(|e| (e, p))).collect::<HashMap<_, _>>();
+        let peer_of_endpoint = (0..links.peer_count())
+            .filter_map(|p| links.endpoint_of(p).map(|e| (e, p)))
+            .collect::<crate::FastMap<_, _>>();
         Ok(Guard { links, peer_of_endpoint, addr_of_peer, iface_of_endpoint, outs: Vec::new() })
     }
 

@@ -462,11 +462,13 @@ fn capture_holds_plaintext_both_ways_and_a_full_queue_drops_copies_not_packets()
 /// that waits behind more than the receiver's replay window of later ones
 /// is refused there; with the link's interface marked to seal at send
 /// (`set_seal_at_send`, then `seal_for` in the order the link sends), the
-/// same order is accepted.
+/// same order is accepted; so it is when every other datagram is sealed in
+/// place behind `SEAL_HEADROOM` bytes (`seal_in_place`, as the daemon's
+/// link queue does).
 #[test]
 fn sealing_at_send_keeps_a_held_back_datagram_inside_the_replay_window() {
     const LATER: usize = 4_100; // more than the SA's 4,032-datagram window
-    for at_send in [false, true] {
+    for (at_send, in_place) in [(false, false), (true, false), (true, true)] {
         let mut l = Line::new(2, "encrypt");
         l.poll();
         if at_send {
@@ -492,8 +494,13 @@ fn sealing_at_send_keeps_a_held_back_datagram_inside_the_replay_window() {
         // The first one waited: the link sends it last.
         made.rotate_left(1);
         let before = l.delivered[0].len();
-        for (to, b) in made {
-            let wire = if at_send {
+        for (i, (to, b)) in made.into_iter().enumerate() {
+            let wire = if in_place && i % 2 == 0 {
+                let mut laid = vec![0xee; anode_node::core::SEAL_HEADROOM];
+                laid.extend_from_slice(&b);
+                assert!(l.nodes[0].seal_in_place(&to, &mut laid));
+                laid
+            } else if at_send {
                 let mut sealed = Vec::new();
                 assert!(l.nodes[0].seal_for(&to, &b, &mut sealed));
                 sealed
@@ -512,4 +519,20 @@ fn sealing_at_send_keeps_a_held_back_datagram_inside_the_replay_window() {
             assert_eq!((answered, refused), (LATER, 1));
         }
     }
+}
+
+/// `seal_in_place` refuses, counted as `no_sa`, a buffer without the
+/// headers' room and an endpoint with no SA, and leaves nothing to send.
+#[test]
+fn sealing_in_place_refuses_a_short_buffer_and_an_unknown_neighbour() {
+    let mut l = Line::new(2, "encrypt");
+    l.poll();
+    let to = l.cfgs[0].interfaces[0].neighbors[0].endpoint;
+    let mut short = vec![0u8; anode_node::core::SEAL_HEADROOM - 1];
+    assert!(!l.nodes[0].seal_in_place(&to, &mut short));
+    let stranger: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
+    let mut laid = vec![0u8; anode_node::core::SEAL_HEADROOM + 40];
+    assert!(!l.nodes[0].seal_in_place(&stranger, &mut laid));
+    assert!(laid.is_empty(), "nothing left to send");
+    assert_eq!(l.drops(0, Drop::NoSa), 2);
 }

@@ -331,7 +331,10 @@ pub struct Links {
     ik: NoiseParams,
     xx: NoiseParams,
     peers: Vec<Peer>,
-    sas: HashMap<u32, Sa>,
+    /// By SPI. The node picks its SPIs at random, so a lookup for any
+    /// arriving SPI walks only the node's own keys: seeded foldhash, not
+    /// SipHash (per packet, on the receive path).
+    sas: HashMap<u32, Sa, foldhash::fast::RandomState>,
     xx_pending: HashMap<u32, XxResponder>,
     sources: HashMap<SocketAddr, Bucket>,
     global: Bucket,
@@ -399,7 +402,7 @@ impl Links {
             xx: params(handshake::XX),
             cfg,
             peers,
-            sas: HashMap::new(),
+            sas: HashMap::default(),
             xx_pending: HashMap::new(),
             sources: HashMap::new(),
             global,

@@ -24,6 +24,7 @@ mod kdc;
 mod modules;
 mod recovery;
 mod seal;
+pub use seal::{SEAL_HEADROOM, SEAL_OVERHEAD};
 mod sessions;
 mod tap;
 
@@ -237,9 +238,9 @@ struct Env {
     interfaces: u8,
     neighbors: Vec<Ipv4Addr>,
     /// Destination → next-hop neighbour address.
-    next_hop: HashMap<Ipv4Addr, Ipv4Addr>,
+    next_hop: crate::FastMap<Ipv4Addr, Ipv4Addr>,
     /// Neighbour address → (interface, endpoint).
-    link: HashMap<Ipv4Addr, (usize, SocketAddr)>,
+    link: crate::FastMap<Ipv4Addr, (usize, SocketAddr)>,
     default_via: Option<Ipv4Addr>,
     now_ms: u64,
     services: ServiceTable,
@@ -298,7 +299,7 @@ pub struct Node {
     now_ms: u64,
     modules: Option<Box<Switch>>,
     /// Neighbour endpoint → neighbour address (who sent a datagram).
-    ep_addr: HashMap<SocketAddr, Ipv4Addr>,
+    ep_addr: crate::FastMap<SocketAddr, Ipv4Addr>,
     /// Jobs for module channels queued by early demultiplexing, posted
     /// by `channel_deliveries` (the VM's outcome is borrowed meanwhile).
     to_channels: Vec<anode_sandbox::Job>,
@@ -340,13 +341,13 @@ impl Node {
             (true, None) => return Err(ConfigError::MissingKeyFile),
             (false, _) => None,
         };
-        let mut link = HashMap::new();
+        let mut link = crate::FastMap::default();
         for (i, iface) in cfg.interfaces.iter().enumerate() {
             for n in &iface.neighbors {
                 link.insert(n.address, (i, n.endpoint));
             }
         }
-        let mut next_hop = HashMap::new();
+        let mut next_hop = crate::FastMap::default();
         for n in cfg.neighbor_addrs() {
             next_hop.insert(n, n);
         }
@@ -451,7 +452,7 @@ impl Node {
 
     /// The routing table as the sandbox's `route` interface sees it.
     pub fn route_table(&self) -> HashMap<Ipv4Addr, Ipv4Addr> {
-        self.env.next_hop.clone()
+        self.env.next_hop.iter().map(|(d, v)| (*d, *v)).collect()
     }
 
     /// The service table, to register node services at run time.

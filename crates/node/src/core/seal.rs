@@ -88,7 +88,7 @@ impl Node {
     /// security is off).
     pub fn seal_overhead(&self, to: &core::net::SocketAddr) -> usize {
         match &self.sec {
-            Some(g) if g.peer_at(to).is_some() => anep::HEADER_LEN + anode_sec::sa::OVERHEAD,
+            Some(g) if g.peer_at(to).is_some() => SEAL_OVERHEAD,
             _ => 0,
         }
     }
@@ -111,6 +111,35 @@ impl Node {
             }
             None => {
                 sealed.clear();
+                self.counters.drop(Drop::NoSa);
+                false
+            }
+        }
+    }
+
+    /// Seals in place the datagram that left the core unsealed and was laid
+    /// out in `buf` behind [`SEAL_HEADROOM`] bytes (a paced link's queue
+    /// keeps it so, which saves the copy [`seal_for`](Self::seal_for)
+    /// makes). With security off the headroom is removed. False, counted as
+    /// `no_sa`, when the neighbour has no SA now (or `buf` is shorter than
+    /// the headroom).
+    pub fn seal_in_place(&mut self, to: &core::net::SocketAddr, buf: &mut Vec<u8>) -> bool {
+        let now_ms = self.now_ms;
+        if buf.len() < SEAL_HEADROOM {
+            self.counters.drop(Drop::NoSa);
+            return false;
+        }
+        let Some(g) = self.sec.as_mut() else {
+            buf.drain(..SEAL_HEADROOM);
+            return true;
+        };
+        match g.peer_at(to).and_then(|peer| seal_laid_out(g, peer, buf, 0, now_ms)) {
+            Some(Data::Arena(r) | Data::Input(r)) => {
+                buf.truncate(r.end);
+                true
+            }
+            None => {
+                buf.clear();
                 self.counters.drop(Drop::NoSa);
                 false
             }
@@ -149,6 +178,14 @@ impl Node {
     }
 }
 
+/// Bytes sealing adds to a datagram for a neighbour with an SA (what
+/// [`Node::seal_overhead`] returns for one).
+pub const SEAL_OVERHEAD: usize = anep::HEADER_LEN + anode_sec::sa::OVERHEAD;
+
+/// Bytes a datagram needs in front of it to be sealed in place
+/// ([`Node::seal_in_place`]): the outer ANEP header and the AH header.
+pub const SEAL_HEADROOM: usize = anep::HEADER_LEN + anode_sec::sa::AH_LEN;
+
 /// Where the inner datagram to seal is.
 enum Inner<'a> {
     /// Nothing: an empty keepalive.
@@ -162,7 +199,7 @@ enum Inner<'a> {
 /// Seals `inner` (an ANEP datagram) for `peer` into new bytes at the end
 /// of `arena`. None (and the arena unchanged) if there is no SA yet.
 fn seal_into(g: &mut Guard, peer: usize, arena: &mut Vec<u8>, inner: Inner<'_>, now_ms: u64) -> Option<Data> {
-    use anode_sec::sa::{AH_LEN, TAG_LEN};
+    use anode_sec::sa::AH_LEN;
     let start = arena.len();
     arena.resize(start + anep::HEADER_LEN + AH_LEN, 0);
     match inner {
@@ -171,7 +208,15 @@ fn seal_into(g: &mut Guard, peer: usize, arena: &mut Vec<u8>, inner: Inner<'_>, 
         Inner::Arena(r) if r.end <= start => arena.extend_from_within(r),
         Inner::Arena(_) => {}
     }
-    let n = arena.len() - (start + anep::HEADER_LEN + AH_LEN);
+    seal_laid_out(g, peer, arena, start, now_ms)
+}
+
+/// Seals the datagram laid out in `arena[start..]` behind
+/// [`SEAL_HEADROOM`] bytes of room for its headers, in place. None (and the
+/// arena cut back to `start`) if there is no SA yet.
+fn seal_laid_out(g: &mut Guard, peer: usize, arena: &mut Vec<u8>, start: usize, now_ms: u64) -> Option<Data> {
+    use anode_sec::sa::{AH_LEN, TAG_LEN};
+    let n = arena.len().checked_sub(start + anep::HEADER_LEN + AH_LEN)?;
     let body = AH_LEN + n + TAG_LEN;
     arena.resize(start + anep::HEADER_LEN + body, 0);
     let d = &mut arena[start..];
