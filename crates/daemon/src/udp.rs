@@ -265,7 +265,9 @@ pub(crate) fn enqueue_paced(
     for (out, buf) in outs.iter().zip(bufs) {
         for t in out.transmits.iter().filter(|t| paced.get(t.iface).copied().unwrap_or(false)) {
             let mut bytes = out.bytes(&t.data, buf);
-            let overhead = if t.unsealed { node.seal_overhead(&t.to) } else { 0 };
+            // The core leaves a transmission unsealed only for a neighbour
+            // with an SA (`Node::protect`): no lookup per datagram here.
+            let overhead = if t.unsealed { anode_node::core::SEAL_OVERHEAD } else { 0 };
             if !frag.too_long(bytes.len() + overhead) {
                 let seal = t.unsealed.then_some(overhead);
                 pacer.enqueue(node, t.iface, t.owner, t.to, bytes, seal, now_ns);

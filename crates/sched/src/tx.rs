@@ -329,6 +329,19 @@ impl<T> Client<T> {
     }
 }
 
+/// The link time of `len` bytes at `rate_bps`, ns, rounded up. In u64
+/// while `len * 8e9` fits (any datagram): a u128 division is a library
+/// call, and this runs once per packet sent.
+fn link_time(len: u32, rate_bps: u64) -> u64 {
+    match u64::from(len).checked_mul(8 * NS_PER_S as u64) {
+        Some(bits_ns) => bits_ns.div_ceil(rate_bps.max(1)),
+        None => {
+            let ns = (u128::from(len) * 8 * NS_PER_S).div_ceil(u128::from(rate_bps.max(1)));
+            u64::try_from(ns).unwrap_or(u64::MAX)
+        }
+    }
+}
+
 /// One link's transmit scheduler: per-client bounded queues, guarantees of
 /// link time per period, best effort for the rest. See the module doc.
 #[derive(Debug, Clone)]
@@ -369,8 +382,7 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
 
     /// The link time of a packet of `len` bytes, ns (rounded up).
     pub fn link_ns(&self, len: u32) -> u64 {
-        let ns = (u128::from(len) * 8 * NS_PER_S).div_ceil(u128::from(self.cfg.rate_bps));
-        u64::try_from(ns).unwrap_or(u64::MAX)
+        link_time(len, self.cfg.rate_bps)
     }
 
     fn advance(&mut self, now: u64) -> u64 {
@@ -615,10 +627,7 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
             _ => 0,
         };
         let t = t.max(at).max(period_start);
-        let ns = {
-            let v = (u128::from(len) * 8 * NS_PER_S).div_ceil(u128::from(self.cfg.rate_bps));
-            u64::try_from(v).unwrap_or(u64::MAX)
-        };
+        let ns = link_time(len, self.cfg.rate_bps);
         c.charged = c.charged.saturating_sub(u64::from(len).max(MIN_CHARGE));
         c.stats.queued_packets -= 1;
         c.stats.queued_bytes -= u64::from(len);
