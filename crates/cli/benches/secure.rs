@@ -684,10 +684,17 @@ fn throughput(dir: &Path, reps: usize, window: Duration, report: &mut String) {
 }
 
 /// Issue 19: b with the offloads on, b with them off, and a bare relay,
-/// encryption on, the generator sending GSO runs, in one run.
-fn datapath(dir: &Path, reps: usize, window: Duration, report: &mut String) {
+/// encryption on, the generator sending GSO runs, in one run. With
+/// `pacing_only` (`ANODE_BENCH_ONLY=pacing`), only b unpaced, b paced and the
+/// relay (issue 15's transmit scheduling cost, quicker).
+fn datapath(dir: &Path, reps: usize, window: Duration, report: &mut String, pacing_only: bool) {
     let t0 = Instant::now();
     let on = Rig::start(dir, Some(Mode::Encrypt), t0, "io-on", "", true);
+    if pacing_only {
+        let paced = Rig::start_with(dir, Some(Mode::Encrypt), t0, "io-on-paced", "", true, "rate_bps = 40000000000\n");
+        let rigs = vec![on, paced, Rig::relay()];
+        return compare(rigs, vec![0, 0, 8 + OVERHEAD], reps, window, t0, report);
+    }
     let off = Rig::start(dir, Some(Mode::Encrypt), t0, "io-off", "gso = false\ngro = false\nspin_us = 0", true);
     let w2 = Rig::start(dir, Some(Mode::Encrypt), t0, "io-on-2-workers", "workers = 2", true);
     // SO_BUSY_POLL as an option (raising it needs CAP_NET_ADMIN; the node
@@ -709,6 +716,12 @@ fn datapath(dir: &Path, reps: usize, window: Duration, report: &mut String) {
             let _ = writeln!(report, "\nkernel forwarding between namespaces skipped: {why}");
         }
     }
+    compare(rigs, pads, reps, window, t0, report);
+}
+
+/// Trials of `rigs` alternated, `reps` times at each size (`pads`: what each
+/// rig's generator adds to a datagram), and their table in `report`.
+fn compare(mut rigs: Vec<Rig>, pads: Vec<usize>, reps: usize, window: Duration, t0: Instant, report: &mut String) {
     let mut res = vec![vec![(Vec::new(), Vec::new(), Vec::new()); SIZES.len()]; rigs.len()];
     for rep in 0..reps {
         for (si, size) in SIZES.iter().enumerate() {
@@ -741,8 +754,9 @@ fn datapath(dir: &Path, reps: usize, window: Duration, report: &mut String) {
         "| size | forwarder | pkt/s at sink | offered pkt/s | CPU µs per packet | CPU per packet / relay's |"
     );
     let _ = writeln!(report, "|---:|---|---:|---:|---:|---:|");
+    let relay = rigs.iter().position(|r| r.label == "relay").unwrap_or(0);
     for (si, size) in SIZES.iter().enumerate() {
-        let relay_us = median(&res[2][si].1);
+        let relay_us = median(&res[relay][si].1);
         for (ri, r) in rigs.iter().enumerate() {
             let (rate, us, off) = (median(&res[ri][si].0), median(&res[ri][si].1), median(&res[ri][si].2));
             if us.is_nan() {
@@ -884,8 +898,8 @@ fn main() {
     if wants("throughput") {
         throughput(&dir, reps, window, &mut report);
     }
-    if wants("datapath") {
-        datapath(&dir, reps, window, &mut report);
+    if wants("datapath") || wants("pacing") {
+        datapath(&dir, reps, window, &mut report, !wants("datapath"));
     }
     if wants("latency") {
         latency(&dir, pings, &mut report);
