@@ -685,14 +685,33 @@ impl Vm {
             f.copy_from_slice(&(rb - 1).to_be_bytes());
         }
         let need = Vm::buffer_need(len, hdr.code_len - hdr.entry);
-        if buf.len() >= need {
-            let limit = need;
-            if le {
-                self.run::<Le, C, T>(buf, hdr, rb - 1, limit, ctx, tr)
-            } else {
-                self.run::<Be, C, T>(buf, hdr, rb - 1, limit, ctx, tr)
-            }
+        if buf.len() < need {
+            return self.run_copied(buf, hdr, need, ctx, tr);
+        }
+        if le {
+            self.run::<Le, C, T>(buf, hdr, rb - 1, need, ctx, tr)
         } else {
+            self.run::<Be, C, T>(buf, hdr, rb - 1, need, ctx, tr)
+        }
+    }
+
+    /// [`start_checked`](Self::start_checked) for a buffer without room for
+    /// the stack to grow: the packet runs in the VM's own buffer. Out of
+    /// line and cold, so that the interpreter inlined into the common path
+    /// is there once per byte order, not twice.
+    #[cold]
+    #[inline(never)]
+    fn run_copied<C: NodeContext, T: Tracer>(
+        &mut self,
+        buf: &mut [u8],
+        hdr: Hdr,
+        need: usize,
+        ctx: &C,
+        tr: &mut T,
+    ) -> Run {
+        let (len, rb) = (hdr.len, hdr.rb);
+        let le = hdr.flags & crate::wire::flags::LE != 0;
+        {
             // Not enough headroom: copy into our own buffer (SNAP §VI-C).
             let mut work = core::mem::take(&mut self.work);
             if work.len() < need {
