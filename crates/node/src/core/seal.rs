@@ -104,13 +104,20 @@ impl Node {
             sealed.extend_from_slice(inner);
             return true;
         };
-        match g.peer_at(to).and_then(|peer| seal_into(g, peer, sealed, Inner::Bytes(inner), now_ms)) {
+        let r = g.peer_at(to).and_then(|peer| seal_into(g, peer, sealed, Inner::Bytes(inner), now_ms));
+        self.sealed_or_dropped(r, sealed)
+    }
+
+    /// Cuts `buf` to the sealed datagram `r`, or, without one (no SA),
+    /// empties it and counts a `no_sa` drop. Whether there is one.
+    fn sealed_or_dropped(&mut self, r: Option<Data>, buf: &mut Vec<u8>) -> bool {
+        match r {
             Some(Data::Arena(r) | Data::Input(r)) => {
-                sealed.truncate(r.end);
+                buf.truncate(r.end);
                 true
             }
             None => {
-                sealed.clear();
+                buf.clear();
                 self.counters.drop(Drop::NoSa);
                 false
             }
@@ -133,17 +140,8 @@ impl Node {
             buf.drain(..SEAL_HEADROOM);
             return true;
         };
-        match g.peer_at(to).and_then(|peer| seal_laid_out(g, peer, buf, 0, now_ms)) {
-            Some(Data::Arena(r) | Data::Input(r)) => {
-                buf.truncate(r.end);
-                true
-            }
-            None => {
-                buf.clear();
-                self.counters.drop(Drop::NoSa);
-                false
-            }
-        }
+        let r = g.peer_at(to).and_then(|peer| seal_laid_out(g, peer, buf, 0, now_ms));
+        self.sealed_or_dropped(r, buf)
     }
 
     /// Protects the transmissions from index `mark` on for their next hop
