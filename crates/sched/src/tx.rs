@@ -352,6 +352,10 @@ pub struct LinkSched<K, T> {
     clients: BTreeMap<K, Client<T>>,
     ring: VecDeque<K>,
     booked_ppb: u64,
+    /// Packets queued by priority clients, so that `poll` looks for one
+    /// only when there is one (the link's clients are not scanned per
+    /// packet otherwise).
+    prio_queued: u64,
     stats: LinkStats,
 }
 
@@ -371,6 +375,7 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
             clients: BTreeMap::new(),
             ring: VecDeque::new(),
             booked_ppb: 0,
+            prio_queued: 0,
             stats: LinkStats::default(),
         })
     }
@@ -489,8 +494,12 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
             }
             self.clients.insert(key.clone(), Client::new());
         }
-        if let Some(c) = self.clients.get_mut(&key) {
+        if let Some(c) = self.clients.get_mut(&key)
+            && c.priority != priority
+        {
             c.priority = priority;
+            let n = c.queue.len() as u64;
+            self.prio_queued = if priority { self.prio_queued + n } else { self.prio_queued.saturating_sub(n) };
         }
         Ok(())
     }
@@ -518,6 +527,9 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
             return Err(TxError::QueueFull { queued: c.stats.queued_bytes, limit: self.cfg.queue_bytes });
         }
         c.queue.push_back((len, self.now, item));
+        if c.priority {
+            self.prio_queued += 1;
+        }
         c.charged += charge;
         c.stats.queued_packets += 1;
         c.stats.queued_bytes += u64::from(len);
@@ -571,7 +583,10 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
         if t > now {
             return None;
         }
-        let urgent = self.clients.iter().find(|(_, c)| c.priority && !c.queue.is_empty()).map(|(k, _)| k.clone());
+        let urgent = match self.prio_queued {
+            0 => None,
+            _ => self.clients.iter().find(|(_, c)| c.priority && !c.queue.is_empty()).map(|(k, _)| k.clone()),
+        };
         // Guaranteed clients with budget, earliest period end first. Periods
         // are refilled at the link's time `t`, not at `now`: when the caller
         // comes back late, the link sends what it owes from `t` on. A period
@@ -583,7 +598,10 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
         // Otherwise: the guaranteed client whose next period starts first
         // by `now`.
         let mut next: Option<(u64, &K)> = None;
-        for (k, c) in self.clients.iter_mut() {
+        // Every guarantee is booked (at least 1 ppb): with none booked
+        // there is no guaranteed client to look at.
+        let clients = if self.booked_ppb > 0 { Some(self.clients.iter_mut()) } else { None };
+        for (k, c) in clients.into_iter().flatten() {
             let Some(g) = c.guarantee else { continue };
             c.refill(t);
             if c.queue.is_empty() {
@@ -620,6 +638,9 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
         };
         let c = self.clients.get_mut(&key)?;
         let (len, at, item) = c.queue.pop_front()?;
+        if c.priority {
+            self.prio_queued = self.prio_queued.saturating_sub(1);
+        }
         // A packet never starts before it was queued, nor before the
         // period whose budget it uses began (catch-up is for lateness only).
         let period_start = match (guaranteed, c.guarantee) {
@@ -962,6 +983,38 @@ mod tests {
         sent.extend(run(&mut l, &[0, 1], at, 60 * MS));
         assert!(l.guarantee(&7).is_none());
         assert_eq!(l.stats().booked_ppb, WHOLE_PPB);
+    }
+
+    #[test]
+    fn priority_given_or_taken_with_packets_queued_takes_effect_at_once() {
+        let mut l = link();
+        for _ in 0..4 {
+            l.enqueue(1, PKT, 0, 0).unwrap();
+            l.enqueue(2, PKT, 0, 0).unwrap();
+        }
+        // Client 2 becomes a priority client with its four packets queued:
+        // they go before any of client 1's.
+        l.set_priority(2, true).unwrap();
+        let mut now = 0;
+        let mut order = Vec::new();
+        for _ in 0..4 {
+            now = l.next_due(now).unwrap();
+            order.push(l.poll(now).unwrap().key);
+        }
+        assert_eq!(order, [2, 2, 2, 2]);
+        // Priority taken back with packets queued: best effort again, the
+        // two clients alternate.
+        for _ in 0..4 {
+            l.enqueue(2, PKT, 0, now).unwrap();
+        }
+        l.set_priority(2, false).unwrap();
+        order.clear();
+        while let Some(at) = l.next_due(now) {
+            now = at;
+            order.push(l.poll(now).unwrap().key);
+        }
+        assert_eq!(order.iter().filter(|&&k| k == 2).count(), 4);
+        assert_ne!(&order[..4], &[2, 2, 2, 2], "no longer first: {order:?}");
     }
 
     #[test]
