@@ -329,14 +329,10 @@ impl TenantState {
 
 type C<'a> = Caller<'a, TenantState>;
 
+/// The calling instance's memory (the one recorded for the invocation,
+/// or its export by name): the same lookup as a pod caller's.
 fn memory(c: &mut C<'_>) -> Option<Memory> {
-    if let Some(m) = c.data().call.memory {
-        return Some(m);
-    }
-    match c.get_export("memory") {
-        Some(Extern::Memory(m)) => Some(m),
-        _ => None,
-    }
+    crate::pods::caller_memory(c)
 }
 
 /// Copies `len` bytes at `ptr` out of the module's memory (at most `max`).

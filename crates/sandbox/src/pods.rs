@@ -991,7 +991,7 @@ fn roll_back(live: &mut Live, budget: u64) -> (bool, u64) {
 
 /// The caller's memory: the one its store recorded for the running
 /// instance, or its export by name.
-fn caller_memory<T: PodClient>(c: &mut Caller<'_, T>) -> Option<Memory> {
+pub(crate) fn caller_memory<T: PodClient>(c: &mut Caller<'_, T>) -> Option<Memory> {
     if let Some(m) = c.data().caller_memory() {
         return Some(m);
     }

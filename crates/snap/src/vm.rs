@@ -711,33 +711,31 @@ impl Vm {
     ) -> Run {
         let (len, rb) = (hdr.len, hdr.rb);
         let le = hdr.flags & crate::wire::flags::LE != 0;
-        {
-            // Not enough headroom: copy into our own buffer (SNAP §VI-C).
-            let mut work = core::mem::take(&mut self.work);
-            if work.len() < need {
-                work.resize(need, 0);
-            }
-            work[..len].copy_from_slice(&buf[..len]);
-            let r = if le {
-                self.run::<Le, C, T>(&mut work, hdr, rb - 1, need, ctx, tr)
-            } else {
-                self.run::<Be, C, T>(&mut work, hdr, rb - 1, need, ctx, tr)
-            };
-            // Actions may point into `work`: move those bytes to the arena.
-            for a in self.out.actions.iter_mut() {
-                let loc = match a {
-                    Action::Send { packet, .. } => packet,
-                    Action::Deliver { payload, .. } => payload,
-                };
-                if let Loc::Input(r) = loc {
-                    let start = self.out.arena.len();
-                    self.out.arena.extend_from_slice(work.get(r.clone()).unwrap_or(&[]));
-                    *loc = Loc::Arena(start..self.out.arena.len());
-                }
-            }
-            self.work = work;
-            r
+        // Not enough headroom: copy into our own buffer (SNAP §VI-C).
+        let mut work = core::mem::take(&mut self.work);
+        if work.len() < need {
+            work.resize(need, 0);
         }
+        work[..len].copy_from_slice(&buf[..len]);
+        let r = if le {
+            self.run::<Le, C, T>(&mut work, hdr, rb - 1, need, ctx, tr)
+        } else {
+            self.run::<Be, C, T>(&mut work, hdr, rb - 1, need, ctx, tr)
+        };
+        // Actions may point into `work`: move those bytes to the arena.
+        for a in self.out.actions.iter_mut() {
+            let loc = match a {
+                Action::Send { packet, .. } => packet,
+                Action::Deliver { payload, .. } => payload,
+            };
+            if let Loc::Input(r) = loc {
+                let start = self.out.arena.len();
+                self.out.arena.extend_from_slice(work.get(r.clone()).unwrap_or(&[]));
+                *loc = Loc::Arena(start..self.out.arena.len());
+            }
+        }
+        self.work = work;
+        r
     }
 
     #[allow(clippy::too_many_arguments)]

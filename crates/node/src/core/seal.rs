@@ -84,15 +84,6 @@ impl Node {
         self.seal_at_send = mask;
     }
 
-    /// Bytes sealing adds to a datagram for the neighbour at `to` (0 when
-    /// security is off).
-    pub fn seal_overhead(&self, to: &core::net::SocketAddr) -> usize {
-        match &self.sec {
-            Some(g) if g.peer_at(to).is_some() => SEAL_OVERHEAD,
-            _ => 0,
-        }
-    }
-
     /// Seals `inner` (a whole ANEP datagram that left the core unsealed,
     /// see [`Node::set_seal_at_send`]) for the neighbour at `to` into
     /// `sealed` (cleared first). With security off `sealed` is a copy.
@@ -176,8 +167,9 @@ impl Node {
     }
 }
 
-/// Bytes sealing adds to a datagram for a neighbour with an SA (what
-/// [`Node::seal_overhead`] returns for one).
+/// Bytes sealing adds to a datagram for a neighbour with an SA (the core
+/// leaves a transmission unsealed, `Transmit::unsealed`, only for such a
+/// neighbour).
 pub const SEAL_OVERHEAD: usize = anep::HEADER_LEN + anode_sec::sa::OVERHEAD;
 
 /// Bytes a datagram needs in front of it to be sealed in place
