@@ -329,6 +329,15 @@ impl<T> Client<T> {
     }
 }
 
+/// Puts `c` (client `key`) at the back of the best-effort ring if it is a
+/// best-effort client with packets queued and not there yet.
+fn join_ring<K, T>(ring: &mut VecDeque<K>, key: K, c: &mut Client<T>) {
+    if !c.queue.is_empty() && c.guarantee.is_none() && !c.priority && !c.in_ring {
+        c.in_ring = true;
+        ring.push_back(key);
+    }
+}
+
 /// The link time of `len` bytes at `rate_bps`, ns, rounded up. In u64
 /// while `len * 8e9` fits (any datagram): a u128 division is a library
 /// call, and this runs once per packet sent.
@@ -455,10 +464,7 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
                 }
                 c.guarantee = None;
                 c.budget_ns = 0;
-                if !c.queue.is_empty() && !c.in_ring {
-                    c.in_ring = true;
-                    self.ring.push_back(key);
-                }
+                join_ring(&mut self.ring, key, c);
             }
             (None, Some(n)) => {
                 c.guarantee = Some(n);
@@ -500,6 +506,8 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
             c.priority = priority;
             let n = c.queue.len() as u64;
             self.prio_queued = if priority { self.prio_queued + n } else { self.prio_queued.saturating_sub(n) };
+            // Packets it queued as a priority client are best effort now.
+            join_ring(&mut self.ring, key, c);
         }
         Ok(())
     }
@@ -535,10 +543,7 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
         c.stats.queued_bytes += u64::from(len);
         self.stats.queued_packets += 1;
         self.stats.queued_bytes += u64::from(len);
-        if c.guarantee.is_none() && !c.priority && !c.in_ring {
-            c.in_ring = true;
-            self.ring.push_back(key);
-        }
+        join_ring(&mut self.ring, key, c);
         Ok(())
     }
 
@@ -1015,6 +1020,28 @@ mod tests {
         }
         assert_eq!(order.iter().filter(|&&k| k == 2).count(), 4);
         assert_ne!(&order[..4], &[2, 2, 2, 2], "no longer first: {order:?}");
+    }
+
+    #[test]
+    fn a_client_that_queued_as_priority_is_served_once_priority_is_taken() {
+        // Client 2 queues only while it is a priority client (so it never
+        // joined the best-effort ring); its priority goes before any is
+        // sent. Its packets still go, as best effort.
+        let mut l = link();
+        l.set_priority(2, true).unwrap();
+        for _ in 0..3 {
+            l.enqueue(2, PKT, 0, 0).unwrap();
+        }
+        l.set_priority(2, false).unwrap();
+        let mut now = 0;
+        let mut sent = 0;
+        while let Some(at) = l.next_due(now) {
+            now = at;
+            assert_eq!(l.poll(now).expect("next_due said one may go").key, 2);
+            sent += 1;
+            assert!(sent <= 3);
+        }
+        assert_eq!(sent, 3);
     }
 
     #[test]
