@@ -100,6 +100,8 @@ fn channels_json(sb: &Sandbox) -> serde_json::Value {
                 "delivered": i.delivered,
                 "bytes": i.bytes,
                 "dropped_full": i.dropped_full,
+                "dropped_share": i.dropped_share,
+                "active_subflows": i.active_subflows,
                 "dropped_rate": i.dropped_rate,
                 "dropped_malformed": i.dropped_malformed,
             })

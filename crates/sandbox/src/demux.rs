@@ -21,13 +21,21 @@
 //! - A channel's FIFO holds at most its spec's buffer of payload bytes;
 //!   what a queued packet holds is given back when its job is dropped
 //!   (run, refused, or discarded), by [`FifoCharge`]'s `Drop`.
+//! - A channel with sub-flow keys shares its FIFO among its sub-flows
+//!   (stochastic fairness, as Linux's SFQ): each sub-flow hashes, with a
+//!   key chosen at random per channel, into one of [`SUBFLOW_BUCKETS`]
+//!   buckets; a bucket that holds bytes may hold at most `buffer / (n + 1)`
+//!   where `n` is the number of buckets holding bytes, so there is always
+//!   room for a sub-flow that holds none, and one sub-flow's flood cannot
+//!   take the FIFO from the others.
 //!
 //! The byte format is in docs/channels.md.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::ModuleId;
 
@@ -52,6 +60,12 @@ pub const DEFAULT_BUFFER: u32 = 64 << 10;
 pub const KEY_SOURCE: u8 = 1;
 /// Key kind: payload bytes at an offset.
 pub const KEY_PAYLOAD: u8 = 2;
+/// Buckets a keyed channel's FIFO is shared among (its sub-flows hash
+/// into them with a per-channel random key).
+pub const SUBFLOW_BUCKETS: usize = 1024;
+/// Host memory of a keyed channel's share table, bytes (charged to its
+/// session's heap with the channel's handle).
+pub const SHARE_TABLE_BYTES: usize = SUBFLOW_BUCKETS * 4;
 /// Bytes of the fixed header (version, flags, port, buffer).
 pub const FIXED_LEN: usize = 8;
 /// Longest valid spec, bytes (`net.open_channel_spec` reads no more).
@@ -313,30 +327,28 @@ impl DemuxSpec {
         self.source.is_none_or(|s| s.contains(source)) && payload.starts_with(&self.prefix)
     }
 
-    /// The sub-flow a packet belongs to: an FNV-1a hash of its key fields
-    /// (0 without keys); `None` if the payload is too short for a key
-    /// (the packet is malformed for this channel).
-    pub fn subflow(&self, source: Ipv4Addr, payload: &[u8]) -> Option<u64> {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        let mut eat = |bytes: &[u8]| {
-            for b in bytes {
-                h ^= u64::from(*b);
-                h = h.wrapping_mul(0x0100_0000_01b3);
-            }
-        };
+    /// The sub-flow a packet belongs to: a hash of its key fields keyed by
+    /// `keyer` (a channel's [`Route`] holds a random one, so that a sender
+    /// cannot choose key fields that fall in another sub-flow's bucket); 0
+    /// without keys; `None` if the payload is too short for a key (the
+    /// packet is malformed for this channel). The key fields have fixed
+    /// lengths, so their concatenation is unambiguous.
+    pub fn subflow(&self, keyer: &impl BuildHasher, source: Ipv4Addr, payload: &[u8]) -> Option<u64> {
         if self.keys.is_empty() {
             return Some(0);
         }
+        let mut h = keyer.build_hasher();
         for k in &self.keys {
             match *k {
-                SubKey::Source => eat(&source.octets()),
+                SubKey::Source => h.write(&source.octets()),
                 SubKey::Payload { offset, len } => {
                     let o = usize::from(offset);
-                    eat(payload.get(o..o + usize::from(len))?);
+                    h.write(payload.get(o..o + usize::from(len))?);
                 }
             }
         }
-        Some(h)
+        // 0 means "no keys" to a module; a keyed sub-flow is never 0.
+        Some(h.finish().max(1))
     }
 
     /// How specific the filter is, for ordering a port's routes (most
@@ -353,10 +365,40 @@ pub struct ChannelStats {
     delivered: AtomicU64,
     bytes: AtomicU64,
     dropped_full: AtomicU64,
+    dropped_share: AtomicU64,
     dropped_rate: AtomicU64,
     dropped_malformed: AtomicU64,
     queued_bytes: AtomicU64,
     queued_packets: AtomicU64,
+    shares: Option<Shares>,
+}
+
+/// A keyed channel's FIFO bytes per sub-flow bucket.
+#[derive(Debug)]
+struct Shares {
+    /// Payload bytes queued per bucket (a FIFO holds at most 16 MiB plus a
+    /// packet: a `u32` holds it).
+    held: Box<[AtomicU32]>,
+    /// Buckets holding bytes now.
+    active: AtomicU32,
+}
+
+impl Shares {
+    fn new() -> Shares {
+        Shares { held: (0..SUBFLOW_BUCKETS).map(|_| AtomicU32::new(0)).collect(), active: AtomicU32::new(0) }
+    }
+
+    fn bucket(&self, subflow: u64) -> Option<&AtomicU32> {
+        self.held.get((subflow % SUBFLOW_BUCKETS as u64) as usize)
+    }
+
+    fn give_back(&self, subflow: u64, len: u32) {
+        if let Some(b) = self.bucket(subflow)
+            && b.fetch_sub(len, Ordering::Relaxed) == len
+        {
+            self.active.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
 }
 
 /// A snapshot of one channel, for `anode status`.
@@ -388,6 +430,11 @@ pub struct ChannelInfo {
     pub bytes: u64,
     /// Packets dropped because its FIFO was full.
     pub dropped_full: u64,
+    /// Packets dropped because their sub-flow held its share of the FIFO
+    /// (keyed channels only).
+    pub dropped_share: u64,
+    /// Sub-flow buckets holding bytes now (keyed channels only).
+    pub active_subflows: u32,
     /// Packets dropped over its session's receive reservation.
     pub dropped_rate: u64,
     /// Packets too short for its sub-flow keys.
@@ -398,7 +445,14 @@ pub struct ChannelInfo {
 /// A clone holds nothing; charges do not make jobs different.
 #[derive(Debug, Default)]
 pub struct FifoCharge {
-    held: Option<(Arc<ChannelStats>, u64)>,
+    held: Option<Held>,
+}
+
+#[derive(Debug)]
+struct Held {
+    stats: Arc<ChannelStats>,
+    bytes: u64,
+    subflow: u64,
 }
 
 impl Clone for FifoCharge {
@@ -418,15 +472,19 @@ impl Eq for FifoCharge {}
 impl FifoCharge {
     /// Payload bytes held.
     pub fn bytes(&self) -> u64 {
-        self.held.as_ref().map_or(0, |(_, b)| *b)
+        self.held.as_ref().map_or(0, |h| h.bytes)
     }
 }
 
 impl Drop for FifoCharge {
     fn drop(&mut self) {
-        if let Some((s, b)) = self.held.take() {
-            s.queued_bytes.fetch_sub(b, Ordering::Relaxed);
+        if let Some(h) = self.held.take() {
+            let s = &h.stats;
+            s.queued_bytes.fetch_sub(h.bytes, Ordering::Relaxed);
             s.queued_packets.fetch_sub(1, Ordering::Relaxed);
+            if let Some(sh) = &s.shares {
+                sh.give_back(h.subflow, h.bytes as u32);
+            }
         }
     }
 }
@@ -436,6 +494,8 @@ impl Drop for FifoCharge {
 pub enum Refusal {
     /// Its FIFO was full.
     Full,
+    /// Its sub-flow held its share of the FIFO.
+    Share,
     /// Over its session's receive reservation.
     Rate,
     /// Too short for its sub-flow keys.
@@ -449,7 +509,8 @@ pub struct DemuxOutcome {
     pub matched: usize,
     /// Jobs queued (one per channel that had room).
     pub queued: usize,
-    /// Channels whose FIFO (or session heap) was full.
+    /// Channels whose FIFO (or session heap) was full, or whose share of
+    /// it the packet's sub-flow held.
     pub full: usize,
     /// Channels for which it was too short for a sub-flow key.
     pub malformed: usize,
@@ -469,35 +530,64 @@ pub struct Route {
     /// The index of its session's VP that processes it.
     pub vp: u8,
     stats: Arc<ChannelStats>,
+    keyer: RandomState,
 }
 
 impl Route {
-    /// A route for a channel just opened.
+    /// A route for a channel just opened (a keyed one with its share table
+    /// and a fresh random hash key).
     pub fn new(spec: DemuxSpec, module: ModuleId, handle: i32, vp: u8) -> Route {
-        Route { spec, module, handle, vp, stats: Arc::default() }
+        let stats = ChannelStats { shares: (!spec.keys.is_empty()).then(Shares::new), ..ChannelStats::default() };
+        Route { spec, module, handle, vp, stats: Arc::new(stats), keyer: RandomState::new() }
     }
 
-    /// Takes room for a packet of `len` bytes in the FIFO, or says why not
-    /// (counted against this channel only).
-    pub fn admit(&self, source: Ipv4Addr, payload: &[u8]) -> Result<FifoCharge, Refusal> {
+    /// The sub-flow of a packet on this channel ([`DemuxSpec::subflow`]
+    /// with this channel's key).
+    pub fn subflow(&self, source: Ipv4Addr, payload: &[u8]) -> Option<u64> {
+        self.spec.subflow(&self.keyer, source, payload)
+    }
+
+    /// Takes room for a packet in the FIFO, returning it with the packet's
+    /// sub-flow, or says why not (counted against this channel only). On
+    /// a keyed channel a sub-flow that holds bytes may hold at most
+    /// `buffer / (n + 1)`, `n` the sub-flows (buckets) holding bytes with
+    /// it; one that holds none is taken whenever the FIFO has room.
+    pub fn admit(&self, source: Ipv4Addr, payload: &[u8]) -> Result<(FifoCharge, u64), Refusal> {
         let s = &self.stats;
-        if self.spec.subflow(source, payload).is_none() {
+        let Some(subflow) = self.subflow(source, payload) else {
             s.dropped_malformed.fetch_add(1, Ordering::Relaxed);
             return Err(Refusal::Malformed);
-        }
+        };
         let len = payload.len() as u64;
         let cap = self.spec.buffer_bytes() as u64;
-        // One thread demultiplexes (the node's); the jobs that give bytes
-        // back only lower it, so a load-then-add cannot overshoot.
+        // One thread demultiplexes (the node's, under its lock); the jobs
+        // that give bytes back only lower what is held, so a load-then-add
+        // cannot overshoot.
         if s.queued_bytes.load(Ordering::Relaxed).saturating_add(len) > cap {
             s.dropped_full.fetch_add(1, Ordering::Relaxed);
             return Err(Refusal::Full);
+        }
+        if let Some(sh) = &s.shares
+            && let Some(b) = sh.bucket(subflow)
+        {
+            let held = u64::from(b.load(Ordering::Relaxed));
+            if held > 0 {
+                let n = u64::from(sh.active.load(Ordering::Relaxed)).max(1);
+                if held + len > cap / (n + 1) {
+                    s.dropped_share.fetch_add(1, Ordering::Relaxed);
+                    return Err(Refusal::Share);
+                }
+            }
+            // len <= cap <= MAX_BUFFER: it fits a u32.
+            if b.fetch_add(len as u32, Ordering::Relaxed) == 0 {
+                sh.active.fetch_add(1, Ordering::Relaxed);
+            }
         }
         s.queued_bytes.fetch_add(len, Ordering::Relaxed);
         s.queued_packets.fetch_add(1, Ordering::Relaxed);
         s.delivered.fetch_add(1, Ordering::Relaxed);
         s.bytes.fetch_add(len, Ordering::Relaxed);
-        Ok(FifoCharge { held: Some((s.clone(), len)) })
+        Ok((FifoCharge { held: Some(Held { stats: s.clone(), bytes: len, subflow }) }, subflow))
     }
 
     /// Counts a packet dropped over its session's receive reservation.
@@ -529,6 +619,8 @@ impl Route {
             delivered: g(&s.delivered),
             bytes: g(&s.bytes),
             dropped_full: g(&s.dropped_full),
+            dropped_share: g(&s.dropped_share),
+            active_subflows: s.shares.as_ref().map_or(0, |sh| sh.active.load(Ordering::Relaxed)),
             dropped_rate: g(&s.dropped_rate),
             dropped_malformed: g(&s.dropped_malformed),
         }
@@ -735,24 +827,110 @@ mod tests {
         assert!(s.matches(a, b"abcdef"));
         assert!(!s.matches(Ipv4Addr::new(10, 0, 2, 9), b"abcdef"));
         assert!(!s.matches(a, b"xbcdef"));
-        assert_eq!(s.subflow(a, b"abcde"), None);
-        assert_ne!(s.subflow(a, b"abcdef"), s.subflow(a, b"abcdeg"));
-        assert_eq!(s.subflow(a, b"abcdefXX"), s.subflow(a, b"abcdefYY"));
+        let k = RandomState::new();
+        assert_eq!(s.subflow(&k, a, b"abcde"), None);
+        assert_ne!(s.subflow(&k, a, b"abcdef"), s.subflow(&k, a, b"abcdeg"));
+        assert_eq!(s.subflow(&k, a, b"abcdefXX"), s.subflow(&k, a, b"abcdefYY"));
+        assert_ne!(s.subflow(&k, a, b"abcdef"), s.subflow(&k, Ipv4Addr::new(10, 0, 1, 8), b"abcdef"));
+        assert_eq!(DemuxSpec { keys: vec![], ..s }.subflow(&k, a, b"abcdef"), Some(0));
     }
 
     #[test]
     fn fifo_is_bounded_and_given_back() {
-        let r = Route::new(spec(), ModuleId(1), 3, 0);
+        let r = Route::new(DemuxSpec { keys: vec![], ..spec() }, ModuleId(1), 3, 0);
         let a = Ipv4Addr::new(10, 0, 1, 9);
         let p = [b'a'; 1000];
-        let held: Vec<FifoCharge> = (0..3).map(|_| r.admit(a, &p).unwrap()).collect();
+        let held: Vec<FifoCharge> = (0..3).map(|_| r.admit(a, &p).unwrap().0).collect();
         assert_eq!(r.admit(a, &p).unwrap_err(), Refusal::Full);
-        assert_eq!(r.admit(a, b"ab").unwrap_err(), Refusal::Malformed);
         let i = r.info();
-        assert_eq!((i.delivered, i.dropped_full, i.dropped_malformed, i.queued_bytes), (3, 1, 1, 3000));
+        assert_eq!((i.delivered, i.dropped_full, i.queued_bytes), (3, 1, 3000));
         drop(held);
         assert_eq!(r.info().queued_bytes, 0);
         assert!(r.admit(a, &p).is_ok());
+        let keyed = Route::new(spec(), ModuleId(1), 4, 0);
+        assert_eq!(keyed.admit(a, b"abcde").unwrap_err(), Refusal::Malformed);
+        assert_eq!(keyed.info().dropped_malformed, 1);
+    }
+
+    /// Payload `ab` then a 4-byte sub-flow key `k`, `len` bytes in all.
+    fn keyed_payload(k: u32, len: usize) -> Vec<u8> {
+        let mut p = b"ab".to_vec();
+        p.extend_from_slice(&k.to_be_bytes());
+        p.resize(len, 0);
+        p
+    }
+
+    /// A sub-flow key whose bucket on `r` differs from key `k`'s (buckets
+    /// come from a random hash key: two keys share one with odds 1/1024);
+    /// `k + 1` on a channel without keys.
+    fn other_bucket(r: &Route, k: u32) -> u32 {
+        if r.spec.keys.is_empty() {
+            return k + 1;
+        }
+        let a = Ipv4Addr::new(10, 0, 1, 9);
+        let bucket = |k: u32| r.subflow(a, &keyed_payload(k, 8)).unwrap() % SUBFLOW_BUCKETS as u64;
+        (k + 1..).find(|o| bucket(*o) != bucket(k)).unwrap()
+    }
+
+    #[test]
+    fn a_flooding_subflow_cannot_take_the_fifo_from_the_others() {
+        // 10,000 bytes of FIFO keyed on payload bytes 2..6; a flood of
+        // sub-flow 1 beside sub-flow 2 sending one packet in 20, and the
+        // channel's VP serving 5 packets (oldest first) per round, well
+        // more than sub-flow 2 sends.
+        let s = DemuxSpec { keys: vec![SubKey::Payload { offset: 2, len: 4 }], buffer: 10_000, ..spec() };
+        let run = |s: DemuxSpec| {
+            let r = Route::new(s, ModuleId(1), 3, 0);
+            let a = Ipv4Addr::new(10, 0, 1, 9);
+            let (flood, steady) = (keyed_payload(1, 100), keyed_payload(other_bucket(&r, 1), 100));
+            let mut fifo = std::collections::VecDeque::new();
+            let (mut lost, mut sent) = (0, 0);
+            for _ in 0..200 {
+                for i in 0..20 {
+                    let steady_turn = i == 10;
+                    let p = if steady_turn { &steady } else { &flood };
+                    match r.admit(a, p) {
+                        Ok((c, _)) => fifo.push_back(c),
+                        Err(_) if steady_turn => lost += 1,
+                        Err(_) => {}
+                    }
+                    sent += u32::from(steady_turn);
+                }
+                for _ in 0..5 {
+                    fifo.pop_front();
+                }
+            }
+            (lost, sent, r.info())
+        };
+        let (lost, sent, i) = run(s.clone());
+        assert_eq!((lost, sent), (0, 200), "the steady sub-flow loses nothing");
+        assert!(i.dropped_share > 0 && i.dropped_full == 0, "{i:?}");
+        assert!(i.queued_bytes <= 10_000);
+        // Without keys the flood fills the FIFO and the steady flow loses.
+        let (lost, _, i) = run(DemuxSpec { keys: vec![], ..s });
+        assert!(lost > 100 && i.dropped_full > 0 && i.dropped_share == 0, "{lost} {i:?}");
+    }
+
+    #[test]
+    fn shares_are_given_back_and_a_new_subflow_always_has_room() {
+        let s = DemuxSpec { keys: vec![SubKey::Payload { offset: 2, len: 4 }], buffer: 3000, ..spec() };
+        let r = Route::new(s, ModuleId(1), 3, 0);
+        let a = Ipv4Addr::new(10, 0, 1, 9);
+        // One sub-flow alone may hold half the FIFO (and always one packet).
+        let one: Vec<FifoCharge> =
+            (0..3).filter_map(|_| r.admit(a, &keyed_payload(1, 700)).ok().map(|c| c.0)).collect();
+        assert_eq!(one.len(), 2);
+        assert_eq!(r.info().active_subflows, 1);
+        // A second sub-flow finds room although the first is at its share.
+        let two = r.admit(a, &keyed_payload(other_bucket(&r, 1), 700)).unwrap().0;
+        assert_eq!(r.info().active_subflows, 2);
+        drop(one);
+        assert_eq!(r.info().active_subflows, 1);
+        drop(two);
+        let i = r.info();
+        assert_eq!((i.active_subflows, i.queued_bytes, i.queued_packets, i.dropped_share), (0, 0, 0, 1));
+        // A packet larger than a share is taken when its sub-flow holds nothing.
+        assert!(r.admit(a, &keyed_payload(1, 2900)).is_ok());
     }
 
     #[test]

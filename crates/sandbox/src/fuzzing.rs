@@ -104,8 +104,8 @@ pub fn demux_spec(data: &[u8]) {
     let route = Route::new(spec.clone(), crate::ModuleId(1), 1, 0);
     let mut held = Vec::new();
     for _ in 0..4 {
-        let _ = spec.subflow(src, &payload);
-        if let Ok(c) = route.admit(src, &payload) {
+        let _ = route.subflow(src, &payload);
+        if let Ok((c, _)) = route.admit(src, &payload) {
             held.push(c);
         }
     }

@@ -15,7 +15,7 @@
 //! |---|---|
 //! | linear memories | their size in bytes (what `memory.grow` reserved; wasm memories never shrink) |
 //! | tables | elements × [`TABLE_ELEMENT_BYTES`] |
-//! | handles (channels, pending alarms) | [`HANDLE_BYTES`] each |
+//! | handles (channels, pending alarms) | [`HANDLE_BYTES`] each, and a keyed channel's share table ([`crate::demux::SHARE_TABLE_BYTES`]) |
 //! | soft state | key + value bytes + [`STATE_ENTRY_BYTES`] per entry |
 //! | queued jobs (channel packets, capsules waiting for their VP) | input bytes + [`JOB_BYTES`] each, until the job starts |
 //!

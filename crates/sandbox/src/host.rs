@@ -79,8 +79,19 @@ impl Default for HostLimits {
 /// An object a module holds a handle to.
 #[derive(Debug, Clone)]
 pub(crate) enum Obj {
-    Channel { entry: String },
+    Channel { entry: String, keyed: bool },
     Alarm { deadline: u64, entry: String },
+}
+
+impl Obj {
+    /// What the handle costs its session's heap: [`HANDLE_BYTES`], and a
+    /// keyed channel's share table.
+    pub(crate) fn bytes(&self) -> usize {
+        match self {
+            Obj::Channel { keyed: true, .. } => HANDLE_BYTES + crate::demux::SHARE_TABLE_BYTES,
+            _ => HANDLE_BYTES,
+        }
+    }
 }
 
 /// Changes the sandbox must mirror in its demux and timer indexes.
@@ -297,12 +308,13 @@ impl TenantState {
         }
     }
 
-    /// Charges one more handle to the heap; `false` (a refusal counted) if
-    /// it does not fit in the session's reservation.
-    fn charge_handle(&mut self) -> bool {
-        let ok = heap::with(&self.heap, |a| a.charge(Part::Handles, HANDLE_BYTES));
+    /// Charges one more handle of `bytes` ([`Obj::bytes`]) to the heap;
+    /// `false` (a refusal counted) if it does not fit in the session's
+    /// reservation.
+    fn charge_handle(&mut self, bytes: usize) -> bool {
+        let ok = heap::with(&self.heap, |a| a.charge(Part::Handles, bytes));
         if ok {
-            self.handles_charged += HANDLE_BYTES;
+            self.handles_charged += bytes;
         }
         ok
     }
@@ -310,7 +322,7 @@ impl TenantState {
     /// Brings the heap's handle charge in step with the live handles (after
     /// handles went: closed, fired, their module unloaded).
     pub(crate) fn sync_handles(&mut self) {
-        let want = self.handles.len().saturating_mul(HANDLE_BYTES);
+        let want = self.handles.iter().map(|(_, _, o)| o.bytes()).fold(0usize, usize::saturating_add);
         let have = self.handles_charged;
         heap::with(&self.heap, |a| {
             if want > have {
@@ -651,10 +663,11 @@ fn open_channel(c: &mut C<'_>, spec: crate::demux::DemuxSpec, ep: i32, el: i32, 
         d.ops.push(HostOp::ChannelRefused);
         return E_DENIED;
     }
-    if d.count_objs(true) >= d.limits.channels || !d.charge_handle() {
+    let obj = Obj::Channel { entry, keyed: !spec.keys.is_empty() };
+    if d.count_objs(true) >= d.limits.channels || !d.charge_handle(obj.bytes()) {
         return E_LIMIT;
     }
-    let Some(h) = d.handles.insert(module, Obj::Channel { entry }) else {
+    let Some(h) = d.handles.insert(module, obj) else {
         d.sync_handles();
         return E_LIMIT;
     };
@@ -672,7 +685,7 @@ fn define_time(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
         }
         let d = c.data_mut();
         let module = d.call.module;
-        if d.count_objs(false) >= d.limits.alarms || !d.charge_handle() {
+        if d.count_objs(false) >= d.limits.alarms || !d.charge_handle(HANDLE_BYTES) {
             return E_LIMIT;
         }
         let deadline = d.call.now_ms + delay as u64;

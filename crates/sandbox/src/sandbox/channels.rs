@@ -12,7 +12,7 @@ impl Sandbox {
         let targets: Vec<(ModuleId, i32, u64)> = self
             .channels
             .lookup(port, source, payload)
-            .filter_map(|c| Some((c.module, c.handle, c.spec.subflow(source, payload)?)))
+            .filter_map(|c| Some((c.module, c.handle, c.subflow(source, payload)?)))
             .collect();
         let mut n = 0;
         for (module, handle, subflow) in targets {
@@ -88,18 +88,17 @@ impl Sandbox {
                 continue;
             };
             match c.admit(source, payload) {
-                Ok(fifo) => {
+                Ok((fifo, subflow)) => {
                     let mut job =
                         Job::new(c.module, JobKind::Channel { handle: c.handle }, payload.to_vec(), u32::from(source));
                     job.heap = heap;
                     job.fifo = fifo;
                     job.vp = c.vp;
-                    // Admitted, so the payload is long enough for every key.
-                    job.subflow = c.spec.subflow(source, payload).unwrap_or(0);
+                    job.subflow = subflow;
                     jobs.push(job);
                     o.queued += 1;
                 }
-                Err(Refusal::Full) => o.full += 1,
+                Err(Refusal::Full | Refusal::Share) => o.full += 1,
                 Err(Refusal::Malformed) => o.malformed += 1,
                 Err(Refusal::Rate) => o.rate += 1,
             }
