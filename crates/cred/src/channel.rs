@@ -143,6 +143,22 @@ impl ChannelAuthority {
             ChannelAuthority::Granted(g) => g.iter().any(|g| g.covers(port, source)),
         }
     }
+
+    /// The source filter a channel on `port` gets when its module asks for
+    /// "the source my credential grants": `Some(None)` (any source) when
+    /// unrestricted, else the source of the first grant (in the
+    /// credential's order) whose ports include `port`; `None` when no grant
+    /// does (the open is refused). The operator, who issues the
+    /// credential, thus decides where the channel listens, and the module
+    /// need not know addresses.
+    pub fn granted_source(&self, port: u16) -> Option<Option<(Ipv4Addr, u8)>> {
+        match self {
+            ChannelAuthority::Unrestricted => Some(None),
+            ChannelAuthority::Granted(g) => {
+                g.iter().find(|g| (g.port_lo..=g.port_hi).contains(&port)).map(|g| g.source)
+            }
+        }
+    }
 }
 
 /// The channel authority of the authority block's `channel` facts

@@ -43,6 +43,10 @@ use crate::ModuleId;
 pub const SPEC_VERSION: u8 = 1;
 /// Flag: a source-address prefix follows the fixed header.
 pub const FLAG_SOURCE: u8 = 0x01;
+/// Flag: the source prefix is the one the module's credential grants for
+/// the port (resolved by the node when the channel opens; nothing follows
+/// the fixed header for it). Not with [`FLAG_SOURCE`].
+pub const FLAG_SOURCE_GRANTED: u8 = 0x02;
 /// Longest payload prefix a spec may match on.
 pub const MAX_PREFIX: usize = 64;
 /// Most sub-flow keys.
@@ -188,6 +192,10 @@ pub struct DemuxSpec {
     pub port: u16,
     /// Only packets from this source prefix (`None`: any source).
     pub source: Option<SourcePrefix>,
+    /// The source prefix is to be the one the module's credential grants
+    /// for the port ([`FLAG_SOURCE_GRANTED`]); `source` is then `None`
+    /// until the node resolves it.
+    pub source_granted: bool,
     /// Only payloads starting with these bytes.
     pub prefix: Vec<u8>,
     /// Sub-flow keys: a packet whose payload is too short for one is
@@ -230,7 +238,7 @@ impl DemuxSpec {
         if prefix.len() > MAX_PREFIX {
             return Err(SpecError::PrefixTooLong(prefix.len()));
         }
-        Ok(DemuxSpec { port, source: None, prefix, keys: Vec::new(), buffer: 0 })
+        Ok(DemuxSpec { port, source: None, source_granted: false, prefix, keys: Vec::new(), buffer: 0 })
     }
 
     /// Parses the bytes a module passes to `net.open_channel_spec`
@@ -242,9 +250,10 @@ impl DemuxSpec {
             return Err(SpecError::Version(version));
         }
         let flags = r.u8()?;
-        if flags & !FLAG_SOURCE != 0 {
+        if flags & !(FLAG_SOURCE | FLAG_SOURCE_GRANTED) != 0 || flags == FLAG_SOURCE | FLAG_SOURCE_GRANTED {
             return Err(SpecError::Flags(flags));
         }
+        let source_granted = flags & FLAG_SOURCE_GRANTED != 0;
         let port = r.u16()?;
         let buffer = r.u32()?;
         if buffer > MAX_BUFFER {
@@ -288,13 +297,19 @@ impl DemuxSpec {
         if rest != 0 {
             return Err(SpecError::Trailing(rest));
         }
-        Ok(DemuxSpec { port, source, prefix, keys, buffer })
+        Ok(DemuxSpec { port, source, source_granted, prefix, keys, buffer })
     }
 
     /// Writes the spec in the format [`DemuxSpec::parse`] reads.
     pub fn emit(&self, out: &mut Vec<u8>) {
         out.push(SPEC_VERSION);
-        out.push(if self.source.is_some() { FLAG_SOURCE } else { 0 });
+        out.push(if self.source.is_some() {
+            FLAG_SOURCE
+        } else if self.source_granted {
+            FLAG_SOURCE_GRANTED
+        } else {
+            0
+        });
         out.extend_from_slice(&self.port.to_be_bytes());
         out.extend_from_slice(&self.buffer.to_be_bytes());
         if let Some(s) = self.source {
@@ -762,6 +777,7 @@ mod tests {
         DemuxSpec {
             port: 5000,
             source: Some(SourcePrefix::new(Ipv4Addr::new(10, 0, 1, 0), 24).unwrap()),
+            source_granted: false,
             prefix: b"ab".to_vec(),
             keys: vec![SubKey::Source, SubKey::Payload { offset: 2, len: 4 }],
             buffer: 3000,
@@ -781,6 +797,9 @@ mod tests {
         let plain = DemuxSpec::port_prefix(7, vec![]).unwrap();
         assert_eq!(bytes(&plain), [1, 0, 0, 7, 0, 0, 0, 0, 0, 0]);
         assert_eq!(DemuxSpec::parse(&bytes(&plain)), Ok(plain));
+        let granted = DemuxSpec { source: None, source_granted: true, ..spec() };
+        assert_eq!(bytes(&granted)[1], FLAG_SOURCE_GRANTED);
+        assert_eq!(DemuxSpec::parse(&bytes(&granted)), Ok(granted));
     }
 
     #[test]
@@ -800,7 +819,8 @@ mod tests {
             DemuxSpec::parse(&b)
         };
         assert_eq!(with(0, 2), Err(SpecError::Version(2)));
-        assert_eq!(with(1, 0x03), Err(SpecError::Flags(0x03)));
+        assert_eq!(with(1, 0x03), Err(SpecError::Flags(0x03)), "an explicit and a granted source");
+        assert_eq!(with(1, 0x05), Err(SpecError::Flags(0x05)));
         assert_eq!(with(12, 33), Err(SpecError::SourceLen(33)));
         assert_eq!(with(11, 1), Err(SpecError::SourceHostBits(Ipv4Addr::new(10, 0, 1, 1), 24)));
         // buffer 0x01000001 > MAX_BUFFER

@@ -658,6 +658,21 @@ fn open_channel(c: &mut C<'_>, spec: crate::demux::DemuxSpec, ep: i32, el: i32, 
     }
     let d = c.data_mut();
     let module = d.call.module;
+    let mut spec = spec;
+    if spec.source_granted {
+        // The source the credential grants for the port (none granted:
+        // refused below, as any filter it does not cover).
+        match d.channel_auth.get(&module).map_or(Some(None), |a| a.granted_source(spec.port)) {
+            Some(g) => {
+                spec.source = g.and_then(|(a, l)| crate::demux::SourcePrefix::new(a, l).ok());
+                spec.source_granted = false;
+            }
+            None => {
+                d.ops.push(HostOp::ChannelRefused);
+                return E_DENIED;
+            }
+        }
+    }
     let source = spec.source.map(|s| (s.addr(), s.len()));
     if !d.channel_auth.get(&module).is_none_or(|a| a.allows(spec.port, source)) {
         d.ops.push(HostOp::ChannelRefused);

@@ -82,6 +82,7 @@ fn spec(port: u16, source: Option<(Ipv4Addr, u8)>, buffer: u32) -> DemuxSpec {
     DemuxSpec {
         port,
         source: source.map(|(a, l)| SourcePrefix::new(a, l).unwrap()),
+        source_granted: false,
         prefix: Vec::new(),
         keys: Vec::new(),
         buffer,
@@ -117,6 +118,33 @@ fn the_credential_authorises_the_filter() {
     // An administrative credential may open anything.
     let a = load(&mut sb, principal(2), None);
     assert!(open(&mut sb, a, &bytes(&spec(7, None, 0)), 0) >= 0);
+}
+
+#[test]
+fn a_granted_source_spec_listens_where_the_credential_says() {
+    // The operator grants ports 7100-7199 from 10.0.0.1 only and 5000 from
+    // anywhere; the module asks for "the source my credential grants".
+    let mut sb = sandbox();
+    let ctl = ChannelGrant::parse("7100-7199", "10.0.0.1/32").unwrap();
+    let any = ChannelGrant::parse("5000", "*").unwrap();
+    let m = load(&mut sb, principal(1), Some(&[ctl, any]));
+    let granted = |port| DemuxSpec { source_granted: true, ..spec(port, None, 0) };
+    assert!(open(&mut sb, m, &bytes(&granted(7105)), 0) >= 0);
+    assert!(open(&mut sb, m, &bytes(&granted(5000)), 0) >= 0);
+    let infos = sb.channel_infos();
+    assert_eq!(infos[0].source.as_deref(), Some("10.0.0.1/32"));
+    assert_eq!(infos[1].source, None);
+    let mut jobs = Vec::new();
+    assert_eq!(sb.demux_into(Ipv4Addr::new(10, 0, 0, 1), 7105, b"S", &mut jobs).queued, 1);
+    assert_eq!(sb.demux_into(Ipv4Addr::new(10, 0, 0, 9), 7105, b"S", &mut jobs).matched, 0, "another source");
+    // No grant for the port: refused, and counted.
+    assert_eq!(open(&mut sb, m, &bytes(&granted(6000)), 0), E_DENIED);
+    assert_eq!(sb.counters().channel_refused, 1);
+    // A credential without channel grants (and a node that does not
+    // require them) grants any source.
+    let a = load(&mut sb, principal(2), None);
+    assert!(open(&mut sb, a, &bytes(&granted(6000)), 0) >= 0);
+    assert!(sb.channel_infos().iter().any(|i| i.port == 6000 && i.source.is_none()));
 }
 
 #[test]

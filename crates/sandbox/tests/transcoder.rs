@@ -13,7 +13,8 @@ use std::net::Ipv4Addr;
 
 use aes::cipher::{KeyIvInit, StreamCipher};
 use anode_cred::{
-    Credential, GrantSpec, Interface, InterfaceSet, Limits, ModuleGrant, ModuleHash, PrincipalId, RequestedLimits,
+    ChannelGrant, Credential, GrantSpec, Interface, InterfaceSet, Limits, ModuleGrant, ModuleHash, PrincipalId,
+    RequestedLimits,
 };
 use anode_sandbox::pods::{E_REFUSED, E_TRAP, OnFault};
 use anode_sandbox::{Action, LoadSpec, ModuleId, PodSpec, Sandbox};
@@ -103,8 +104,23 @@ fn codec_cred(p: PrincipalId, code: &[u8]) -> Credential {
 }
 
 fn load(sb: &mut Sandbox, name: &str, local: &str) -> ModuleId {
+    load_granted(sb, name, local, &[])
+}
+
+/// [`load`] with these channel grants in the credential (none: any channel).
+fn load_granted(sb: &mut Sandbox, name: &str, local: &str, grants: &[ChannelGrant]) -> ModuleId {
     let code = module(name);
-    let cred = codec_cred(user(), &code);
+    let cred = if grants.is_empty() {
+        codec_cred(user(), &code)
+    } else {
+        let spec = GrantSpec {
+            modules: vec![ModuleGrant::Hash(ModuleHash::of(&code))],
+            interfaces: InterfaceSet::of(&[Interface::Net, Interface::Pod, Interface::Time]),
+            limits: Limits { memory: 32 << 20, cpu: 500_000_000, state: 4096 },
+            expires: None,
+        };
+        issuer().issue_channels(user(), &spec, grants).unwrap()
+    };
     let c = cred.to_bytes();
     let spec = LoadSpec {
         code: &code,
@@ -376,6 +392,41 @@ fn keys_stay_in_the_aes_pod_and_other_principals_cannot_bind_it() {
     assert!(!ca.windows(16).any(|w| w == KEYS[0]) && !again.windows(16).any(|w| w == KEYS[0]));
     let pod = sb.pods().into_iter().find(|p| p.name == "aes").unwrap();
     assert_eq!(pod.counters.resets, 0);
+}
+
+#[test]
+fn the_control_and_source_channels_listen_only_where_the_credential_grants() {
+    // The experiment's grant: ports 7000-7199 from node a (10.0.0.1) only.
+    // Set-ups, ticks and frames from anyone else never reach the modules,
+    // so nobody but the operator can add a bronze client (and point a free
+    // stream at a third party) or inject frames.
+    let mut sb = codec_sandbox();
+    for tier in ["gold", "silver", "bronze"] {
+        load_pod(&mut sb, "tc-cache", tier, None);
+    }
+    let grant = [ChannelGrant::parse("7000-7199", "10.0.0.1/32").unwrap()];
+    load_granted(&mut sb, "tc-rx", "rx", &grant);
+    load_granted(&mut sb, "tc-path", "path", &grant);
+    load_granted(&mut sb, "tc-all", "all", &grant);
+    let ports: Vec<(u16, Option<String>)> = sb.channel_infos().into_iter().map(|i| (i.port, i.source)).collect();
+    let a = Some("10.0.0.1/32".to_string());
+    let mut want = vec![(7000, a.clone()), (7100, a.clone()), (7000, a.clone()), (7001, a.clone())];
+    let mut got = ports.clone();
+    want.sort();
+    got.sort();
+    assert_eq!(got, want);
+    let setup = [&b"S"[..], &setup_bytes(2, 9000, None)].concat();
+    for (port, payload) in [(7100, &setup[..]), (7001, &setup[1..]), (7000, &[0u8; 8][..])] {
+        let mut jobs = Vec::new();
+        assert_eq!(sb.demux_into(Ipv4Addr::new(10, 0, 0, 9), port, payload, &mut jobs).matched, 0, "port {port}");
+        assert!(sb.demux_into(Ipv4Addr::new(10, 0, 0, 1), port, payload, &mut jobs).queued >= 1, "port {port}");
+    }
+    // Without the grant for its port, the path's control channel is not
+    // opened at all (the open is refused and counted).
+    let mut sb = codec_sandbox();
+    load_granted(&mut sb, "tc-path", "p", &[ChannelGrant::parse("7000", "10.0.0.1/32").unwrap()]);
+    assert!(sb.channel_infos().is_empty());
+    assert_eq!(sb.counters().channel_refused, 1);
 }
 
 #[test]

@@ -61,6 +61,11 @@ const CLIENT_BASE: u16 = 5000;
 /// Packets one invocation may send on c (`[modules] max_sends`): more than
 /// the all-in-one's clients (one packet each per frame).
 const MAX_SENDS: u32 = 256;
+/// The channels the transcoder's modules on c are granted: the source
+/// (7000), `tc-all`'s set-ups (7001) and the paths' control ports
+/// (7100 + n), from node a only.
+const CONTROL_GRANT: &str = "7000-7199@10.0.0.1/32";
+
 /// Fuel per invocation on c, and in every module credential.
 pub const MAX_CPU: u64 = 400_000_000;
 /// One MP3 frame: 1,152 samples at 44.1 kHz.
@@ -372,11 +377,16 @@ impl Bed {
         let wasm = dir.join(format!("{file}.wasm")).to_string_lossy().into_owned();
         let cpu = MAX_CPU.to_string();
         let ifaces = if pod.is_some() { "pod" } else { "net,pod,time" };
-        let cred = self.cred(
-            u,
-            &format!("{file}-{n}.cred"),
-            &["--kind", "module", "--module", &wasm, "--interface", ifaces, "--cpu", &cpu, "--memory", "32MiB"],
-        )?;
+        let mut args =
+            vec!["--kind", "module", "--module", &wasm, "--interface", ifaces, "--cpu", &cpu, "--memory", "32MiB"];
+        if pod.is_none() {
+            // The source, the set-ups and the paths' control: from node a
+            // (the harness) only. The modules open their channels on "the
+            // source my credential grants" (tc_common::channel_spec), so
+            // nobody else can add clients or inject frames.
+            args.extend_from_slice(&["--channel", CONTROL_GRANT]);
+        }
+        let cred = self.cred(u, &format!("{file}-{n}.cred"), &args)?;
         Ok(match pod {
             Some((name, clients)) => {
                 let clients: Vec<String> = clients.iter().map(|c| format!("{c:?}")).collect();

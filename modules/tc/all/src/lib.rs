@@ -32,8 +32,8 @@ entries_init! { init = init; "client" => client, "frame" => frame, "listen" => l
 /// Opens the source and set-up channels; refusals are ignored (`listen`
 /// can open the source channel later).
 fn init() {
-    let _ = anode_sdk::net::open_channel(tc_common::SOURCE_PORT, &[], "frame");
-    let _ = anode_sdk::net::open_channel(tc_common::CLIENT_PORT, &[], "client");
+    let _ = anode_sdk::net::open_channel_spec(&tc_common::channel_spec(tc_common::SOURCE_PORT), "frame", 0);
+    let _ = anode_sdk::net::open_channel_spec(&tc_common::channel_spec(tc_common::CLIENT_PORT), "client", 0);
 }
 
 const MAX_CLIENTS: usize = 64;
@@ -80,7 +80,7 @@ fn listen(ev: Event) -> i32 {
     if ev.input(&mut b).len() != 2 {
         return -1;
     }
-    match anode_sdk::net::open_channel(u16::from_be_bytes(b), &[], "frame") {
+    match anode_sdk::net::open_channel_spec(&tc_common::channel_spec(u16::from_be_bytes(b)), "frame", 0) {
         Ok(c) => c.0,
         Err(_) => -4,
     }

@@ -29,11 +29,14 @@ pub const CLIENT_PORT: u16 = 7001;
 /// is `PATH_PORT + n`, processed on the session's VP `n + 1`.
 pub const PATH_PORT: u16 = 7100;
 
-/// A channel spec (docs/channels.md, version 1): `port`, any source, no
-/// payload prefix, no keys, the default FIFO.
+/// A channel spec (docs/channels.md, version 1): `port`, from the source
+/// the module's credential grants for it (flag 0x02: the operator, who
+/// issues the credential, says who may send set-ups and frames; a
+/// credential without channel grants grants any source), no payload
+/// prefix, no keys, the default FIFO.
 pub fn channel_spec(port: u16) -> [u8; 10] {
     let p = port.to_be_bytes();
-    [1, 0, p[0], p[1], 0, 0, 0, 0, 0, 0]
+    [1, 2, p[0], p[1], 0, 0, 0, 0, 0, 0]
 }
 
 /// The three tiers; the byte is their wire value.

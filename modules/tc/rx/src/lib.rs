@@ -29,7 +29,7 @@ entries_init! { init = init; "frame" => frame, "listen" => listen }
 /// Opens the source channel; a refusal (no `net`, or the port taken) is
 /// left for `listen` to retry.
 fn init() {
-    let _ = anode_sdk::net::open_channel(tc_common::SOURCE_PORT, &[], "frame");
+    let _ = anode_sdk::net::open_channel_spec(&tc_common::channel_spec(tc_common::SOURCE_PORT), "frame", 0);
 }
 
 struct Rx {
@@ -52,7 +52,7 @@ fn listen(ev: Event) -> i32 {
     if ev.input(&mut b).len() != 2 {
         return -1;
     }
-    match anode_sdk::net::open_channel(u16::from_be_bytes(b), &[], "frame") {
+    match anode_sdk::net::open_channel_spec(&tc_common::channel_spec(u16::from_be_bytes(b)), "frame", 0) {
         Ok(c) => c.0,
         Err(_) => -4,
     }
