@@ -22,6 +22,7 @@ use anode_sandbox::PrincipalId;
 use anode_sched::tx::{ClientInfo, Guarantee, LinkSched, TxConfig, TxError};
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::sync::Arc;
 use tracing::warn;
 
@@ -32,10 +33,21 @@ pub(crate) const DEFAULT_PERIOD_NS: u64 = 6_000_000;
 #[derive(Debug)]
 pub(crate) struct Queued {
     pub(crate) to: SocketAddr,
-    pub(crate) bytes: Vec<u8>,
+    /// The buffer it waits in (a spare one, reused).
+    buf: Vec<u8>,
+    /// Where the datagram is in `buf` (once sealed, the sealed one).
+    at: Range<usize>,
     /// Still to be sealed for `to` when released ([`Pacer::seal_released`]):
-    /// then `bytes` holds the datagram behind `SEAL_HEADROOM` bytes of room.
+    /// then `buf` has room for the headers in front of it and the tag
+    /// behind it.
     pub(crate) seal: bool,
+}
+
+impl Queued {
+    /// The datagram.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        self.buf.get(self.at.clone()).unwrap_or(&[])
+    }
 }
 
 /// One paced link.
@@ -106,7 +118,7 @@ impl Pacer {
     /// Takes back the buffer of a datagram that was sent, for the next one
     /// queued.
     pub(crate) fn recycle(&mut self, q: Queued) {
-        self.give_back(q.bytes);
+        self.give_back(q.buf);
     }
 
     /// Keeps `buf` for a later datagram (within the spare limits).
@@ -150,16 +162,22 @@ impl Pacer {
         let len = u32::try_from(bytes.len() + seal.unwrap_or(0)).unwrap_or(u32::MAX);
         let mut buf = spare_buf(&mut self.spare);
         buf.clear();
-        if seal.is_some() {
-            // Room for the headers, so that the datagram is sealed where
-            // it waits ([`Pacer::seal_released`]).
-            buf.resize(anode_node::core::SEAL_HEADROOM, 0);
-        }
+        let start = if seal.is_some() { anode_node::core::SEAL_HEADROOM } else { 0 };
+        // Room for the headers in front and the tag behind, so that the
+        // datagram is sealed where it waits ([`Pacer::seal_released`]).
+        buf.resize(start, 0);
         buf.extend_from_slice(bytes);
-        match link.sched.enqueue(owner, len, Queued { to, bytes: buf, seal: seal.is_some() }, now_ns) {
+        if let Some(overhead) = seal {
+            buf.resize(buf.len() + overhead.saturating_sub(start), 0);
+        }
+        let q = Queued { to, buf, at: start..start + bytes.len(), seal: seal.is_some() };
+        match link.sched.try_enqueue(owner, len, q, now_ns) {
             Ok(()) => {}
-            Err(TxError::TooManyClients) => node.counters.drop(Drop::TxNoClient),
-            Err(_) => node.counters.drop(Drop::TxQueueFull),
+            Err((e, q)) => {
+                // The buffer is kept for the next datagram.
+                node.counters.drop(if e == TxError::TooManyClients { Drop::TxNoClient } else { Drop::TxQueueFull });
+                self.give_back(q.buf);
+            }
         }
     }
 
@@ -174,9 +192,10 @@ impl Pacer {
                 i += 1;
                 continue;
             }
-            // Laid out behind the headers' room when queued: sealed in
+            // Queued with room for the headers and the tag: sealed in
             // place, no copy.
-            if node.seal_in_place(&q.to, &mut q.bytes) {
+            if let Some(at) = node.seal_range(&q.to, &mut q.buf, q.at.clone()) {
+                q.at = at;
                 q.seal = false;
                 i += 1;
             } else {

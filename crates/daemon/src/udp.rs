@@ -213,7 +213,7 @@ impl Daemon {
                 // On the stack: a released chunk is at most BATCH long.
                 let n = got.len().min(BATCH);
                 let iovs: [[IoSlice<'_>; 1]; BATCH] =
-                    std::array::from_fn(|i| [IoSlice::new(got.get(i).map_or(&[][..], |(_, q)| &q.bytes))]);
+                    std::array::from_fn(|i| [IoSlice::new(got.get(i).map_or(&[][..], |(_, q)| q.bytes()))]);
                 let addrs: [Option<SockaddrStorage>; BATCH] =
                     std::array::from_fn(|i| got.get(i).map(|(_, q)| SockaddrStorage::from(q.to)));
                 let mut tx = Tx {
@@ -230,7 +230,7 @@ impl Daemon {
                 // refused (EAGAIN, say) is counted as a transmit error.
                 for (i, (owner, q)) in got.drain(..).enumerate() {
                     if sent.get(i) {
-                        self.node.charge_sent(owner, 1, q.bytes.len() as u64);
+                        self.node.charge_sent(owner, 1, q.bytes().len() as u64);
                     }
                     pacer.recycle(q);
                 }

@@ -181,6 +181,57 @@ fn links_come_up_and_ping_crosses_protected_hops() {
 }
 
 #[test]
+fn a_forwarded_datagram_is_sealed_in_its_receive_buffer() {
+    // The middle node opens the datagram in place and seals it for the next
+    // hop in the same buffer (no copy into the outbox); the next hop opens
+    // it and the echo comes back.
+    for mode in ["authenticate", "encrypt"] {
+        let mut l = Line::new(3, mode);
+        l.poll();
+        let mut r = anode_snap::asm::assemble(PING).unwrap();
+        (r.src, r.dst, r.resource_bound, r.port) = (addr(0), addr(2), 16, 7);
+        let mut out = Outbox::default();
+        l.nodes[0].inject_snap(&r.to_bytes().unwrap(), l.now, &mut out);
+        let t0 = out.transmits[0].clone();
+        let b = out.bytes(&t0.data, &[]).to_vec();
+        let (k, iface) = l.ends[&t0.to];
+        assert_eq!(k, 1);
+        let from = l.cfgs[0].interfaces[t0.iface].listen;
+        let mut buf = vec![0u8; recv_buffer_len(1400)];
+        buf[..b.len()].copy_from_slice(&b);
+        let mut out = Outbox::default();
+        l.nodes[1].handle_datagram_from(iface, Some(from), &mut buf, b.len(), l.now, &mut out);
+        assert_eq!(out.transmits.len(), 1, "{mode}");
+        let t = &out.transmits[0];
+        assert!(matches!(t.data, anode_node::core::Data::Input(_)), "{mode}: sealed in the receive buffer");
+        let sealed = out.bytes(&t.data, &buf).to_vec();
+        assert_eq!(sealed.len(), b.len(), "{mode}: the same length as it arrived");
+        assert_ne!(sealed, b, "{mode}: sealed anew for the next hop");
+        l.take(1, &out, &buf);
+        let before = l.delivered[0].len();
+        l.run();
+        assert_eq!(l.delivered[0].len(), before + 1, "{mode}: the echo came back");
+        for k in 0..3 {
+            assert_eq!(l.nodes[k].counters.total_drops(), 0, "{mode}: node {k}");
+        }
+        // A buffer cut at the datagram's end leaves no room for the tag:
+        // the datagram is copied and sealed in the outbox instead.
+        let mut out = Outbox::default();
+        l.nodes[0].inject_snap(&r.to_bytes().unwrap(), l.now, &mut out);
+        let b = out.bytes(&out.transmits[0].data, &[]).to_vec();
+        let mut tight = b.clone();
+        let mut out = Outbox::default();
+        l.nodes[1].handle_datagram_from(iface, Some(from), &mut tight, b.len(), l.now, &mut out);
+        assert_eq!(out.transmits.len(), 1, "{mode}");
+        assert!(matches!(out.transmits[0].data, anode_node::core::Data::Arena(_)), "{mode}: copied");
+        l.take(1, &out, &tight);
+        let before = l.delivered[0].len();
+        l.run();
+        assert_eq!(l.delivered[0].len(), before + 1, "{mode}: the echo came back");
+    }
+}
+
+#[test]
 fn encrypted_hops_hide_the_packet() {
     let mut clear = Line::new(3, "authenticate");
     let mut enc = Line::new(3, "encrypt");
@@ -463,8 +514,8 @@ fn capture_holds_plaintext_both_ways_and_a_full_queue_drops_copies_not_packets()
 /// is refused there; with the link's interface marked to seal at send
 /// (`set_seal_at_send`, then `seal_for` in the order the link sends), the
 /// same order is accepted; so it is when every other datagram is sealed in
-/// place behind `SEAL_HEADROOM` bytes (`seal_in_place`, as the daemon's
-/// link queue does).
+/// place between `SEAL_HEADROOM` bytes and room for its tag (`seal_range`,
+/// as the daemon's link queue does).
 #[test]
 fn sealing_at_send_keeps_a_held_back_datagram_inside_the_replay_window() {
     const LATER: usize = 4_100; // more than the SA's 4,032-datagram window
@@ -496,10 +547,12 @@ fn sealing_at_send_keeps_a_held_back_datagram_inside_the_replay_window() {
         let before = l.delivered[0].len();
         for (i, (to, b)) in made.into_iter().enumerate() {
             let wire = if in_place && i % 2 == 0 {
-                let mut laid = vec![0xee; anode_node::core::SEAL_HEADROOM];
+                let h = anode_node::core::SEAL_HEADROOM;
+                let mut laid = vec![0xee; h];
                 laid.extend_from_slice(&b);
-                assert!(l.nodes[0].seal_in_place(&to, &mut laid));
-                laid
+                laid.resize(h + b.len() + anode_node::core::SEAL_OVERHEAD - h, 0xee);
+                let at = l.nodes[0].seal_range(&to, &mut laid, h..h + b.len()).unwrap();
+                laid[at].to_vec()
             } else if at_send {
                 let mut sealed = Vec::new();
                 assert!(l.nodes[0].seal_for(&to, &b, &mut sealed));
@@ -521,18 +574,25 @@ fn sealing_at_send_keeps_a_held_back_datagram_inside_the_replay_window() {
     }
 }
 
-/// `seal_in_place` refuses, counted as `no_sa`, a buffer without the
-/// headers' room and an endpoint with no SA, and leaves nothing to send.
+/// `seal_range` refuses a datagram without room for the headers in front
+/// or the tag behind (not counted: the caller lays it out), and one for an
+/// endpoint with no SA (counted as `no_sa`), and leaves the buffer as it
+/// was.
 #[test]
-fn sealing_in_place_refuses_a_short_buffer_and_an_unknown_neighbour() {
+fn sealing_a_range_refuses_no_room_and_an_unknown_neighbour() {
     let mut l = Line::new(2, "encrypt");
     l.poll();
     let to = l.cfgs[0].interfaces[0].neighbors[0].endpoint;
-    let mut short = vec![0u8; anode_node::core::SEAL_HEADROOM - 1];
-    assert!(!l.nodes[0].seal_in_place(&to, &mut short));
+    let h = anode_node::core::SEAL_HEADROOM;
+    let tag = anode_node::core::SEAL_OVERHEAD - h;
+    let mut buf = vec![7u8; h + 40 + tag];
+    assert!(l.nodes[0].seal_range(&to, &mut buf, h - 1..h + 39).is_none(), "no room in front");
+    assert!(l.nodes[0].seal_range(&to, &mut buf, h + 1..h + 41).is_none(), "no room behind");
+    assert_eq!(l.drops(0, Drop::NoSa), 0);
     let stranger: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
-    let mut laid = vec![0u8; anode_node::core::SEAL_HEADROOM + 40];
-    assert!(!l.nodes[0].seal_in_place(&stranger, &mut laid));
-    assert!(laid.is_empty(), "nothing left to send");
-    assert_eq!(l.drops(0, Drop::NoSa), 2);
+    assert!(l.nodes[0].seal_range(&stranger, &mut buf, h..h + 40).is_none());
+    assert_eq!(l.drops(0, Drop::NoSa), 1);
+    assert!(buf.iter().all(|b| *b == 7), "untouched");
+    let at = l.nodes[0].seal_range(&to, &mut buf, h..h + 40).unwrap();
+    assert_eq!(at, 0..buf.len(), "the sealed datagram fills the room");
 }

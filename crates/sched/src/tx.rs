@@ -518,21 +518,31 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
     /// [`TxError::QueueFull`] or [`TxError::TooManyClients`]: the packet was
     /// dropped (counted) and `item` is dropped with it.
     pub fn enqueue(&mut self, key: K, len: u32, item: T, now: u64) -> Result<(), TxError> {
+        self.try_enqueue(key, len, item, now).map_err(|(e, _)| e)
+    }
+
+    /// [`enqueue`](Self::enqueue), giving `item` back with the error when
+    /// the packet is dropped (counted as there), so that the caller can
+    /// reuse what it holds (a buffer).
+    ///
+    /// # Errors
+    /// As [`enqueue`](Self::enqueue), with the item.
+    pub fn try_enqueue(&mut self, key: K, len: u32, item: T, now: u64) -> Result<(), (TxError, T)> {
         self.advance(now);
         if !self.clients.contains_key(&key) {
             if !self.room() {
                 self.stats.dropped_no_client += 1;
-                return Err(TxError::TooManyClients);
+                return Err((TxError::TooManyClients, item));
             }
             self.clients.insert(key.clone(), Client::new());
         }
-        let Some(c) = self.clients.get_mut(&key) else { return Err(TxError::TooManyClients) };
+        let Some(c) = self.clients.get_mut(&key) else { return Err((TxError::TooManyClients, item)) };
         let charge = u64::from(len).max(MIN_CHARGE);
         if c.charged.saturating_add(charge) > self.cfg.queue_bytes {
             c.stats.dropped_packets += 1;
             c.stats.dropped_bytes += u64::from(len);
             self.stats.dropped_queue_full += 1;
-            return Err(TxError::QueueFull { queued: c.stats.queued_bytes, limit: self.cfg.queue_bytes });
+            return Err((TxError::QueueFull { queued: c.stats.queued_bytes, limit: self.cfg.queue_bytes }, item));
         }
         c.queue.push_back((len, self.now, item));
         if c.priority {

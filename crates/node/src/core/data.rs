@@ -28,7 +28,7 @@ impl Node {
         detach(&buf, out, mark);
         self.scratch = buf;
         self.drain_loopback(now_ms, out);
-        self.protect(&[], out, mark.0, now_ms);
+        self.protect(&mut [], out, mark.0, now_ms);
     }
 
     /// Sends a plain packet from a local application.
@@ -37,7 +37,7 @@ impl Node {
         self.counters.injected += 1;
         let mark = out.transmits.len();
         self.send_plain(dst, port, ttl, payload, Owner::BestEffort, out);
-        self.protect(&[], out, mark, now_ms);
+        self.protect(&mut [], out, mark, now_ms);
     }
 
     /// Builds a plain packet from this node for `owner` and routes it (or

@@ -172,7 +172,7 @@ impl Node {
             let sid = s.session_of(Owner::Principal(p));
             let _ = s.rcane.charge_module_load(sid);
         }
-        self.protect(&[], out, mark, now_ms);
+        self.protect(&mut [], out, mark, now_ms);
         match r {
             None => Err(LoadFailure::ModulesOff),
             Some(r) => r.map_err(LoadFailure::Refused),
@@ -188,7 +188,7 @@ impl Node {
         let mark = out.transmits.len();
         let here = self.env.here;
         let r = self.capsule(here, bytes, now_ms, out);
-        self.protect(&[], out, mark, now_ms);
+        self.protect(&mut [], out, mark, now_ms);
         r
     }
 

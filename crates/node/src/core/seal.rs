@@ -115,31 +115,43 @@ impl Node {
         }
     }
 
-    /// Seals in place the datagram that left the core unsealed and was laid
-    /// out in `buf` behind [`SEAL_HEADROOM`] bytes (a paced link's queue
-    /// keeps it so, which saves the copy [`seal_for`](Self::seal_for)
-    /// makes). With security off the headroom is removed. False, counted as
-    /// `no_sa`, when the neighbour has no SA now (or `buf` is shorter than
-    /// the headroom).
-    pub fn seal_in_place(&mut self, to: &core::net::SocketAddr, buf: &mut Vec<u8>) -> bool {
+    /// Seals the datagram at `buf[r]` for the neighbour at `to` where it is:
+    /// its headers go into the [`SEAL_HEADROOM`] bytes in front of it and
+    /// its tag behind it, which `buf` must have room for ([`room_around`];
+    /// `None` without touching `buf` otherwise), or `None` when there is no
+    /// SA (counted as `no_sa`). With security off, the datagram as it is. Returns where the
+    /// sealed datagram is. For a link scheduler that queued the datagram in
+    /// the buffer it arrived in (no copy).
+    pub fn seal_range(&mut self, to: &core::net::SocketAddr, buf: &mut [u8], r: Range<usize>) -> Option<Range<usize>> {
         let now_ms = self.now_ms;
-        if buf.len() < SEAL_HEADROOM {
-            self.counters.drop(Drop::NoSa);
-            return false;
+        let Some(g) = self.sec.as_mut() else { return Some(r) };
+        if !room_around(buf, &r) {
+            return None;
         }
-        let Some(g) = self.sec.as_mut() else {
-            buf.drain(..SEAL_HEADROOM);
-            return true;
-        };
-        let r = g.peer_at(to).and_then(|peer| seal_laid_out(g, peer, buf, 0, now_ms));
-        self.sealed_or_dropped(r, buf)
+        let sealed = g.peer_at(to).and_then(|peer| seal_in_buffer(g, peer, buf, r, now_ms));
+        match sealed {
+            Some(Data::Input(s)) => Some(s),
+            _ => {
+                self.counters.drop(Drop::NoSa);
+                None
+            }
+        }
     }
 
     /// Protects the transmissions from index `mark` on for their next hop
     /// (hop by hop, SANE §4.6). Those without an SA are dropped (`no_sa`).
-    pub(super) fn protect(&mut self, buf: &[u8], out: &mut Outbox, mark: usize, now_ms: u64) {
+    ///
+    /// A datagram forwarded from the receive buffer `buf` (`Data::Input`)
+    /// is sealed there, in place, when nothing else in the outbox points
+    /// into `buf` and `buf` has room for the headers in front of it and the
+    /// tag behind it (the room of the headers and tag it arrived with): no
+    /// copy. Otherwise it is copied into the outbox's arena and sealed
+    /// there.
+    pub(super) fn protect(&mut self, buf: &mut [u8], out: &mut Outbox, mark: usize, now_ms: u64) {
         self.capture_out(buf, out, mark);
         let Some(g) = self.sec.as_mut() else { return };
+        let inputs = out.transmits.iter().filter(|t| matches!(t.data, Data::Input(_))).count()
+            + out.deliveries.iter().filter(|d| matches!(d.data, Data::Input(_))).count();
         let mut keep = mark;
         for i in mark..out.transmits.len() {
             let t = out.transmits[i].clone();
@@ -150,6 +162,7 @@ impl Node {
                 continue;
             }
             let sealed = g.peer_at(&t.to).and_then(|peer| match &t.data {
+                Data::Input(r) if inputs == 1 && room_around(buf, r) => seal_in_buffer(g, peer, buf, r.clone(), now_ms),
                 Data::Input(r) => {
                     seal_into(g, peer, &mut out.arena, Inner::Bytes(buf.get(r.clone()).unwrap_or(&[])), now_ms)
                 }
@@ -184,6 +197,26 @@ enum Inner<'a> {
     Bytes(&'a [u8]),
     /// A range of the arena itself (copied within it, no allocation).
     Arena(Range<usize>),
+}
+
+/// Whether `buf` has room for the outer headers in front of `r` and the tag
+/// behind it.
+pub fn room_around(buf: &[u8], r: &Range<usize>) -> bool {
+    r.start >= SEAL_HEADROOM && r.end.checked_add(anode_sec::sa::TAG_LEN).is_some_and(|e| e <= buf.len())
+}
+
+/// Seals the datagram at `buf[r]` for `peer` where it is, its headers
+/// written into the room in front of it and its tag behind it
+/// ([`room_around`]). None if there is no SA.
+fn seal_in_buffer(g: &mut Guard, peer: usize, buf: &mut [u8], r: Range<usize>, now_ms: u64) -> Option<Data> {
+    use anode_sec::sa::{AH_LEN, TAG_LEN};
+    let start = r.start.checked_sub(SEAL_HEADROOM)?;
+    let n = r.len();
+    let body = AH_LEN + n + TAG_LEN;
+    let d = buf.get_mut(start..start + anep::HEADER_LEN + body)?;
+    anep::write_header(d, anep::FLAG_DISCARD_UNKNOWN, secure::type_of(g.links.mode(peer)), body);
+    let total = g.links.seal(peer, d, anep::HEADER_LEN, n, now_ms).ok()?;
+    Some(Data::Input(start..start + total))
 }
 
 /// Seals `inner` (an ANEP datagram) for `peer` into new bytes at the end

@@ -439,7 +439,7 @@ impl Node {
                     }
                 }
             });
-            self.protect(&[], out, mark, now);
+            self.protect(&mut [], out, mark, now);
             return;
         }
         let principals: Vec<Option<PrincipalId>> =
@@ -620,7 +620,7 @@ impl Node {
             let _ = s.rcane.set_busy(d.vp, busy, now_ns);
         }
         self.charge_transmits(out, mark);
-        self.protect(&[], out, mark, now_ms);
+        self.protect(&mut [], out, mark, now_ms);
         done
     }
 
