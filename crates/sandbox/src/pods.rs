@@ -353,6 +353,13 @@ pub(crate) trait PodClient {
     /// functions themselves (0: the store's own call hook charges it).
     const HOST_CALL_FUEL: u64;
     fn pod_client(&self) -> Option<(Arc<Mutex<PodHub>>, Client, PrincipalId, u32)>;
+    /// Runs `f` on the binder, borrowed: a module's store holds it and
+    /// lends it without touching its reference count (two atomic
+    /// operations a call saved); a pod's store holds it weakly and
+    /// upgrades. `None` without a binder.
+    fn with_hub<R>(&self, f: impl FnOnce(&Mutex<PodHub>) -> R) -> Option<R>;
+    /// Who calls: the client, its principal, and how deep it runs.
+    fn who(&self) -> (Client, PrincipalId, u32);
     /// The memory of the instance making the call, when the store knows it
     /// without a lookup by name.
     fn caller_memory(&self) -> Option<Memory>;
@@ -363,6 +370,12 @@ impl PodClient for PodState {
     fn pod_client(&self) -> Option<(Arc<Mutex<PodHub>>, Client, PrincipalId, u32)> {
         Some((self.hub.upgrade()?, Client::Pod(self.pod.0), self.principal, self.depth))
     }
+    fn with_hub<R>(&self, f: impl FnOnce(&Mutex<PodHub>) -> R) -> Option<R> {
+        self.hub.upgrade().map(|h| f(&h))
+    }
+    fn who(&self) -> (Client, PrincipalId, u32) {
+        (Client::Pod(self.pod.0), self.principal, self.depth)
+    }
     fn caller_memory(&self) -> Option<Memory> {
         self.memory
     }
@@ -372,6 +385,12 @@ impl PodClient for crate::host::TenantState {
     const HOST_CALL_FUEL: u64 = 0;
     fn pod_client(&self) -> Option<(Arc<Mutex<PodHub>>, Client, PrincipalId, u32)> {
         Some((self.pods.clone()?, Client::Module(self.call.module), self.principal, 0))
+    }
+    fn with_hub<R>(&self, f: impl FnOnce(&Mutex<PodHub>) -> R) -> Option<R> {
+        self.pods.as_deref().map(f)
+    }
+    fn who(&self) -> (Client, PrincipalId, u32) {
+        (Client::Module(self.call.module), self.principal, 0)
     }
     fn caller_memory(&self) -> Option<Memory> {
         self.call.memory
@@ -1088,8 +1107,8 @@ fn call_with<T: PodClient>(
     in_len: i32,
     caller_fuel: Option<u64>,
 ) -> (i32, Option<u64>) {
-    let Some((hub, client, principal, depth)) = c.data().pod_client() else { return (E_CONTEXT, caller_fuel) };
-    let begun = match hub.try_lock() {
+    let (client, principal, depth) = c.data().who();
+    let begun = c.data().with_hub(|hub| match hub.try_lock() {
         Ok(mut h) => h.begin(client, binding, depth, caller_fuel).map(|(b, l)| {
             // A bind request carries the client's particulars.
             let info = b.state.is_none().then(|| {
@@ -1098,11 +1117,12 @@ fn call_with<T: PodClient>(
             });
             (b, l, info)
         }),
-        Err(_) => return (E_CONTEXT, caller_fuel),
-    };
+        Err(_) => Err(E_CONTEXT),
+    });
     let (begun, mut live, info) = match begun {
-        Ok(b) => b,
-        Err(e) => return (e, caller_fuel),
+        Some(Ok(b)) => b,
+        Some(Err(e)) => return (e, caller_fuel),
+        None => return (E_CONTEXT, caller_fuel),
     };
     // Thread tunnelling: the pod runs on what is left of the caller's fuel
     // (at most the pod's per-call cpu), and the caller pays what it used.
@@ -1122,9 +1142,11 @@ fn call_with<T: PodClient>(
     };
     let Some(ran) = ran else {
         // A bad length or region: the pod was not entered.
-        if let Ok(mut h) = hub.try_lock() {
-            h.finish(client, &begun, live, &Ran { result: Ok(0), used: 0, rolled_back: None });
-        }
+        let _ = c.data().with_hub(|hub| {
+            if let Ok(mut h) = hub.try_lock() {
+                h.finish(client, &begun, live, &Ran { result: Ok(0), used: 0, rolled_back: None });
+            }
+        });
         return (E_INVAL, caller_fuel);
     };
     // The result, straight from the pod's buffer into the caller's region.
@@ -1148,9 +1170,11 @@ fn call_with<T: PodClient>(
     if let Some(f) = after {
         let _ = c.set_fuel(f);
     }
-    if let Ok(mut h) = hub.try_lock() {
-        h.finish(client, &begun, live, &ran);
-    }
+    let _ = c.data().with_hub(|hub| {
+        if let Ok(mut h) = hub.try_lock() {
+            h.finish(client, &begun, live, &ran);
+        }
+    });
     (status, after)
 }
 
