@@ -186,7 +186,7 @@ impl Node {
 pub const SEAL_OVERHEAD: usize = anep::HEADER_LEN + anode_sec::sa::OVERHEAD;
 
 /// Bytes a datagram needs in front of it to be sealed in place
-/// ([`Node::seal_in_place`]): the outer ANEP header and the AH header.
+/// ([`Node::seal_range`], and the forwarding path sealing in the receive buffer): the outer ANEP header and the AH header.
 pub const SEAL_HEADROOM: usize = anep::HEADER_LEN + anode_sec::sa::AH_LEN;
 
 /// Where the inner datagram to seal is.
