@@ -149,6 +149,17 @@ fn every_client_gets_decodable_frames_of_its_tier_in_both_variants() {
     assert_eq!(csv.lines().count(), 3, "{csv}");
     let path = check(&out.join("one-path-based"));
     let all = check(&out.join("one-all-in-one"));
+    // Every source, set-up and control channel on c listens to node a only
+    // (the modules ask for the source their credentials grant).
+    for variant in ["one-path-based", "one-all-in-one"] {
+        let st = std::fs::read_to_string(out.join(variant).join("node-c-status.json")).unwrap();
+        let st: serde_json::Value = serde_json::from_str(&st).unwrap();
+        let chans = st["channels"].as_array().unwrap();
+        assert!(!chans.is_empty(), "{variant}: {st}");
+        for c in chans {
+            assert_eq!(c["source"], "10.0.0.1/32", "{variant}: {c}");
+        }
+    }
     // Gold (port 5000) and bronze (5002): the same bytes for a frame both delivered.
     for port in [5000, 5002] {
         let common: Vec<u32> = path[&port].keys().filter(|s| all[&port].contains_key(s)).copied().collect();
