@@ -262,6 +262,12 @@ pub(crate) struct TenantState {
     pub fuel_owed: u64,
     /// `yield_count` when the owed fuel was last taken off.
     pub fuel_paid_at: u64,
+    /// Fuel each host call costs (`SandboxConfig::host_call_fuel`; 0:
+    /// free), taken by [`charge_host`] in every host function.
+    pub host_call_fuel: u64,
+    /// Whether the store yields every so much fuel (then owed host-call
+    /// fuel is taken off once per preemption point, see [`charge_host`]).
+    pub yields: bool,
     /// The principal's heap account (`crate::heap`), shared by its stores.
     pub heap: SharedHeap,
     /// What each of its modules' credentials lets it open channels for.
@@ -302,6 +308,8 @@ impl TenantState {
             yield_count: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             fuel_owed: 0,
             fuel_paid_at: 0,
+            host_call_fuel: 0,
+            yields: false,
             heap,
             channel_auth: HashMap::new(),
             handles_charged: 0,
@@ -340,6 +348,36 @@ impl TenantState {
 }
 
 type C<'a> = Caller<'a, TenantState>;
+
+/// Charges one host call to the calling module's store: every host
+/// function a module may import calls this (a call hook did it before, at
+/// the price of two hook dispatches on every host call). `set_fuel`
+/// restarts wasmtime's yield interval: done at every host call, a module
+/// calling the host more often than once per interval would never reach a
+/// preemption point. So the cost is owed, and taken off at the first host
+/// call after each preemption point; a debt larger than what is left ends
+/// the invocation at once.
+#[inline]
+pub(crate) fn charge_host(c: &mut C<'_>) {
+    let cost = c.data().host_call_fuel;
+    if cost == 0 {
+        return;
+    }
+    let Ok(f) = c.get_fuel() else { return };
+    let d = c.data_mut();
+    d.fuel_owed = d.fuel_owed.saturating_add(cost);
+    let y = d.yield_count.load(std::sync::atomic::Ordering::Relaxed);
+    let owed = d.fuel_owed;
+    if owed >= f {
+        d.fuel_owed = 0;
+        // Out of fuel: the next check in wasm stops it.
+        let _ = c.set_fuel(0);
+    } else if !d.yields || y != d.fuel_paid_at {
+        d.fuel_owed = 0;
+        d.fuel_paid_at = y;
+        let _ = c.set_fuel(f - owed);
+    }
+}
 
 /// The calling instance's memory (the one recorded for the invocation,
 /// or its export by name): the same lookup as a pod caller's.
@@ -384,6 +422,10 @@ fn to_addr(a: i32) -> Ipv4Addr {
 }
 
 /// A linker with exactly the granted interfaces.
+///
+/// Every host function defined here calls [`charge_host`] first (the
+/// host-call fuel of RCANE I; a module store has no call hook): a new one
+/// must too.
 pub(crate) fn linker_for(engine: &Engine, granted: InterfaceSet) -> wasmtime::Result<Linker<TenantState>> {
     let mut l = Linker::new(engine);
     define_core(&mut l)?;
@@ -444,6 +486,7 @@ pub fn is_host_function(module: &str, name: &str) -> bool {
 fn define_core(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
     // register(name_ptr, name_len, table_index) -> 0 | error
     l.func_wrap(CORE_MODULE, "register", |mut c: C<'_>, np: i32, nl: i32, idx: i32| -> i32 {
+        charge_host(&mut c);
         let Some(name) = read_str(&mut c, np, nl, crate::capsule::MAX_ENTRY) else { return E_INVAL };
         if !valid_entry(&name) || idx < 0 {
             return E_INVAL;
@@ -461,6 +504,7 @@ fn define_core(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
     })?;
     // input_read(ptr, cap, offset) -> bytes copied
     l.func_wrap(CORE_MODULE, "input_read", |mut c: C<'_>, ptr: i32, cap: i32, off: i32| -> i32 {
+        charge_host(&mut c);
         let Ok(off) = usize::try_from(off) else { return E_INVAL };
         let input = std::mem::take(&mut c.data_mut().call.input);
         let chunk = input.get(off..).unwrap_or(&[]);
@@ -480,6 +524,7 @@ fn define_session(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
     // principal without a session is refused); the answer is the
     // reservation `heap_reserved` returns from then on.
     l.func_wrap(SESSION_MODULE, "heap_request", |mut c: C<'_>, bytes: i64| -> i32 {
+        charge_host(&mut c);
         let Ok(bytes) = u64::try_from(bytes) else { return E_INVAL };
         let d = c.data_mut();
         let used = heap::with(&d.heap, |a| a.used());
@@ -500,17 +545,22 @@ fn define_session(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
         0
     })?;
     // heap_reserved() -> the session's heap reservation, bytes | E_CONTEXT none
-    l.func_wrap(SESSION_MODULE, "heap_reserved", |c: C<'_>| -> i64 {
+    l.func_wrap(SESSION_MODULE, "heap_reserved", |mut c: C<'_>| -> i64 {
+        charge_host(&mut c);
         heap::with(&c.data().heap, |a| a.reservation()).map_or(i64::from(E_CONTEXT), |r| r as i64)
     })?;
     // heap_used() -> bytes charged to the principal's heap
-    l.func_wrap(SESSION_MODULE, "heap_used", |c: C<'_>| -> i64 { heap::with(&c.data().heap, |a| a.used()) as i64 })?;
+    l.func_wrap(SESSION_MODULE, "heap_used", |mut c: C<'_>| -> i64 {
+        charge_host(&mut c);
+        heap::with(&c.data().heap, |a| a.used()) as i64
+    })?;
     Ok(())
 }
 
 fn define_log(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
     // write(ptr, len) -> 0 logged | E_LIMIT dropped by the rate limit
     l.func_wrap("log", "write", |mut c: C<'_>, ptr: i32, len: i32| -> i32 {
+        charge_host(&mut c);
         let max = c.data().limits.log_max;
         let len = len.min(max as i32);
         let Some(bytes) = read(&mut c, ptr, len, max) else { return E_INVAL };
@@ -536,9 +586,13 @@ fn define_log(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
 }
 
 fn define_route(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
-    l.func_wrap("route", "this_host", |c: C<'_>| -> i32 { u32::from(c.data().routes.this_host()) as i32 })?;
+    l.func_wrap("route", "this_host", |mut c: C<'_>| -> i32 {
+        charge_host(&mut c);
+        u32::from(c.data().routes.this_host()) as i32
+    })?;
     // next_hop(dst) -> neighbour address as u32 in an i64 | -1 no route
-    l.func_wrap("route", "next_hop", |c: C<'_>, dst: i32| -> i64 {
+    l.func_wrap("route", "next_hop", |mut c: C<'_>, dst: i32| -> i64 {
+        charge_host(&mut c);
         match c.data().routes.next_hop(to_addr(dst)) {
             Some(a) => u32::from(a) as i64,
             None => -1,
@@ -561,6 +615,7 @@ fn send_budget(c: &mut C<'_>, len: i32) -> Result<(), i32> {
 fn define_net(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
     // send(dst, port, ptr, len) -> 0: a packet to dst (routed by the node)
     l.func_wrap("net", "send", |mut c: C<'_>, dst: i32, port: i32, ptr: i32, len: i32| -> i32 {
+        charge_host(&mut c);
         if let Err(e) = send_budget(&mut c, len) {
             return e;
         }
@@ -573,6 +628,7 @@ fn define_net(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
     })?;
     // deliver_local(port, ptr, len) -> 0: to a local application
     l.func_wrap("net", "deliver_local", |mut c: C<'_>, port: i32, ptr: i32, len: i32| -> i32 {
+        charge_host(&mut c);
         if let Err(e) = send_budget(&mut c, len) {
             return e;
         }
@@ -584,16 +640,23 @@ fn define_net(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
         0
     })?;
     // source() -> the address the current packet came from (0: none)
-    l.func_wrap("net", "source", |c: C<'_>| -> i32 { c.data().call.source as i32 })?;
+    l.func_wrap("net", "source", |mut c: C<'_>| -> i32 {
+        charge_host(&mut c);
+        c.data().call.source as i32
+    })?;
     // subflow() -> the channel packet's sub-flow (RCANE §IV-D step 3): a
     // hash of its channel's key fields, 0 without keys or outside a packet.
-    l.func_wrap("net", "subflow", |c: C<'_>| -> i64 { c.data().call.subflow as i64 })?;
+    l.func_wrap("net", "subflow", |mut c: C<'_>| -> i64 {
+        charge_host(&mut c);
+        c.data().call.subflow as i64
+    })?;
     // forward_capsule(to, entry_ptr, entry_len, data_ptr, data_len, carry_code) -> 0:
     // the running capsule, with a new entry and data, to neighbour `to`.
     l.func_wrap(
         "net",
         "forward_capsule",
         |mut c: C<'_>, to: i32, ep: i32, el: i32, dp: i32, dl: i32, carry: i32| -> i32 {
+            charge_host(&mut c);
             if let Err(e) = send_budget(&mut c, 0) {
                 return e;
             }
@@ -619,6 +682,7 @@ fn define_net(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
     )?;
     // open_channel(port, prefix_ptr, prefix_len, entry_ptr, entry_len) -> handle
     l.func_wrap("net", "open_channel", |mut c: C<'_>, port: i32, pp: i32, pl: i32, ep: i32, el: i32| -> i32 {
+        charge_host(&mut c);
         let Ok(port) = u16::try_from(port) else { return E_INVAL };
         let max_prefix = c.data().limits.max_prefix;
         let Some(prefix) = read(&mut c, pp, pl, max_prefix) else { return E_INVAL };
@@ -628,12 +692,14 @@ fn define_net(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
     // open_channel_spec(spec_ptr, spec_len, entry_ptr, entry_len, vp) -> handle
     // (the spec's bytes: docs/channels.md)
     l.func_wrap("net", "open_channel_spec", |mut c: C<'_>, sp: i32, sl: i32, ep: i32, el: i32, vp: i32| -> i32 {
+        charge_host(&mut c);
         let Some(bytes) = read(&mut c, sp, sl, crate::demux::MAX_SPEC_LEN) else { return E_INVAL };
         let Ok(spec) = crate::demux::DemuxSpec::parse(&bytes) else { return E_INVAL };
         let Ok(vp) = u8::try_from(vp) else { return E_INVAL };
         open_channel(&mut c, spec, ep, el, vp)
     })?;
     l.func_wrap("net", "close_channel", |mut c: C<'_>, h: i32| -> i32 {
+        charge_host(&mut c);
         let d = c.data_mut();
         let module = d.call.module;
         match d.handles.get(module, h) {
@@ -691,9 +757,13 @@ fn open_channel(c: &mut C<'_>, spec: crate::demux::DemuxSpec, ep: i32, el: i32, 
 }
 
 fn define_time(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
-    l.func_wrap("time", "now_ms", |c: C<'_>| -> i64 { c.data().call.now_ms as i64 })?;
+    l.func_wrap("time", "now_ms", |mut c: C<'_>| -> i64 {
+        charge_host(&mut c);
+        c.data().call.now_ms as i64
+    })?;
     // set_alarm(delay_ms, entry_ptr, entry_len) -> handle; the entry is called with the handle
     l.func_wrap("time", "set_alarm", |mut c: C<'_>, delay: i64, ep: i32, el: i32| -> i32 {
+        charge_host(&mut c);
         let Some(entry) = read_str(&mut c, ep, el, crate::capsule::MAX_ENTRY) else { return E_INVAL };
         if !valid_entry(&entry) || !(0..=86_400_000).contains(&delay) {
             return E_INVAL;
@@ -712,6 +782,7 @@ fn define_time(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
         h
     })?;
     l.func_wrap("time", "cancel_alarm", |mut c: C<'_>, h: i32| -> i32 {
+        charge_host(&mut c);
         let d = c.data_mut();
         let module = d.call.module;
         match d.handles.get(module, h) {
@@ -729,6 +800,7 @@ fn define_time(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
 fn define_state(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
     // put(key_ptr, key_len, val_ptr, val_len, ttl_ms) -> 0 | E_LIMIT
     l.func_wrap("state", "put", |mut c: C<'_>, kp: i32, kl: i32, vp: i32, vl: i32, ttl: i64| -> i32 {
+        charge_host(&mut c);
         let Some(k) = read(&mut c, kp, kl, crate::state::MAX_KEY) else { return E_INVAL };
         let Some(v) = read(&mut c, vp, vl, crate::state::MAX_VALUE) else { return E_INVAL };
         let now = c.data().call.now_ms;
@@ -751,6 +823,7 @@ fn define_state(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
     })?;
     // get(key_ptr, key_len, out_ptr, out_cap) -> value length | E_NOTFOUND | E_SMALL
     l.func_wrap("state", "get", |mut c: C<'_>, kp: i32, kl: i32, op: i32, oc: i32| -> i32 {
+        charge_host(&mut c);
         let Some(k) = read(&mut c, kp, kl, crate::state::MAX_KEY) else { return E_INVAL };
         let now = c.data().call.now_ms;
         let d = c.data();
@@ -768,6 +841,7 @@ fn define_state(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
         }
     })?;
     l.func_wrap("state", "remove", |mut c: C<'_>, kp: i32, kl: i32| -> i32 {
+        charge_host(&mut c);
         let Some(k) = read(&mut c, kp, kl, crate::state::MAX_KEY) else { return E_INVAL };
         let d = c.data();
         match d.state.lock() {
@@ -792,6 +866,7 @@ pub(crate) fn sync_state(heap: &SharedHeap, s: &SoftState) {
 fn define_marshal(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
     // encode(iov_ptr, iov_count, out_ptr, out_cap) -> length; iov = [(ptr u32, len u32)] little-endian
     l.func_wrap("marshal", "encode", |mut c: C<'_>, iov: i32, n: i32, op: i32, oc: i32| -> i32 {
+        charge_host(&mut c);
         let Ok(n) = usize::try_from(n) else { return E_INVAL };
         if n > marshal::MAX_FIELDS {
             return E_LIMIT;
@@ -817,6 +892,7 @@ fn define_marshal(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
     })?;
     // field(in_ptr, in_len, index, out_ptr, out_cap) -> field length | E_NOTFOUND | E_INVAL malformed
     l.func_wrap("marshal", "field", |mut c: C<'_>, ip: i32, il: i32, idx: i32, op: i32, oc: i32| -> i32 {
+        charge_host(&mut c);
         let Some(input) = read(&mut c, ip, il, marshal::MAX_ENCODED) else { return E_INVAL };
         let Ok(fields) = marshal::decode(&input) else { return E_INVAL };
         let Some(f) = usize::try_from(idx).ok().and_then(|i| fields.get(i)) else { return E_NOTFOUND };
@@ -825,6 +901,7 @@ fn define_marshal(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
     })?;
     // count(in_ptr, in_len) -> number of fields | E_INVAL malformed
     l.func_wrap("marshal", "count", |mut c: C<'_>, ip: i32, il: i32| -> i32 {
+        charge_host(&mut c);
         let Some(input) = read(&mut c, ip, il, marshal::MAX_ENCODED) else { return E_INVAL };
         match marshal::decode(&input) {
             Ok(f) => f.len() as i32,

@@ -349,9 +349,11 @@ pub struct PodState {
 /// A store's view of itself as a pod client: the hub, who it is, whose it
 /// is, and how deep it runs.
 pub(crate) trait PodClient {
-    /// Fuel a host call of this client costs, charged by the `pod`
-    /// functions themselves (0: the store's own call hook charges it).
-    const HOST_CALL_FUEL: u64;
+    /// Takes one host call's fuel off the caller's store (the `pod`
+    /// functions call it on their way back).
+    fn charge_call(c: &mut Caller<'_, Self>)
+    where
+        Self: Sized;
     fn pod_client(&self) -> Option<(Arc<Mutex<PodHub>>, Client, PrincipalId, u32)>;
     /// Runs `f` on the binder, borrowed: a module's store holds it and
     /// lends it without touching its reference count (two atomic
@@ -366,7 +368,11 @@ pub(crate) trait PodClient {
 }
 
 impl PodClient for PodState {
-    const HOST_CALL_FUEL: u64 = POD_HOST_CALL_FUEL;
+    fn charge_call(c: &mut Caller<'_, Self>) {
+        if let Ok(f) = c.get_fuel() {
+            let _ = c.set_fuel(f.saturating_sub(POD_HOST_CALL_FUEL));
+        }
+    }
     fn pod_client(&self) -> Option<(Arc<Mutex<PodHub>>, Client, PrincipalId, u32)> {
         Some((self.hub.upgrade()?, Client::Pod(self.pod.0), self.principal, self.depth))
     }
@@ -382,7 +388,9 @@ impl PodClient for PodState {
 }
 
 impl PodClient for crate::host::TenantState {
-    const HOST_CALL_FUEL: u64 = 0;
+    fn charge_call(c: &mut Caller<'_, Self>) {
+        crate::host::charge_host(c);
+    }
     fn pod_client(&self) -> Option<(Arc<Mutex<PodHub>>, Client, PrincipalId, u32)> {
         Some((self.pods.clone()?, Client::Module(self.call.module), self.principal, 0))
     }
@@ -685,7 +693,7 @@ impl PodHub {
         let mut store = Store::new(&self.engine, data);
         store.limiter(|d| &mut d.limiter);
         // No call hook: a pod's only host functions are `pod.*`, which
-        // charge its host-call fuel themselves (`PodClient::HOST_CALL_FUEL`);
+        // charge its host-call fuel themselves (`PodClient::charge_call`);
         // a hook would run on every entry to the pod and every return.
         let _ = store.set_fuel(cpu);
         let inst = pre.instantiate(&mut store).map_err(|e| PodError::Instantiate(format!("{e:#}")))?;
@@ -1020,14 +1028,10 @@ pub(crate) fn caller_memory<T: PodClient>(c: &mut Caller<'_, T>) -> Option<Memor
     }
 }
 
-/// Takes a pod client's host-call fuel (`PodClient::HOST_CALL_FUEL`) off
-/// its store, as a call hook would on the way back from the host.
+/// Takes a pod client's host-call fuel off its store
+/// ([`PodClient::charge_call`]) on the way back from the host.
 fn charge_host_call<T: PodClient>(c: &mut Caller<'_, T>) {
-    if T::HOST_CALL_FUEL > 0
-        && let Ok(f) = c.get_fuel()
-    {
-        let _ = c.set_fuel(f.saturating_sub(T::HOST_CALL_FUEL));
-    }
+    T::charge_call(c);
 }
 
 /// The bind request the pod's `pod_bind` reads from its buffer.
@@ -1230,6 +1234,7 @@ pub(crate) fn define_for_modules(
     l.func_wrap_async("pod", "call", move |mut c: Caller<'_, crate::host::TenantState>, (b, len): (i32, i32)| {
         let fuel = c.get_fuel().ok();
         let (r, left) = call_with(&mut c, b, len, fuel);
+        crate::host::charge_host(&mut c);
         let (before, after) = (fuel.unwrap_or(0), left.unwrap_or(0));
         let d = c.data_mut();
         // A mark below the fuel left is from an earlier invocation.

@@ -137,36 +137,11 @@ impl Sandbox {
             CpuBound::Fuel => {
                 // Fails only for Some(0), refused in Sandbox::new.
                 yields = self.cfg.yield_fuel.is_some() && store.fuel_async_yield_interval(self.cfg.yield_fuel).is_ok();
-                let cost = self.cfg.host_call_fuel;
-                if cost > 0 {
-                    store.call_hook(move |mut ctx, hook| {
-                        if matches!(hook, wasmtime::CallHook::ReturningFromHost)
-                            && let Ok(f) = ctx.get_fuel()
-                        {
-                            // `set_fuel` restarts wasmtime's yield interval:
-                            // done after every host call, a module calling
-                            // the host more often than once per interval
-                            // would never reach a preemption point. So the
-                            // cost is owed, and taken off at the first host
-                            // call after each preemption point; a debt larger
-                            // than what is left ends the invocation at once.
-                            let d = ctx.data_mut();
-                            d.fuel_owed = d.fuel_owed.saturating_add(cost);
-                            let y = d.yield_count.load(std::sync::atomic::Ordering::Relaxed);
-                            let owed = d.fuel_owed;
-                            if owed >= f {
-                                d.fuel_owed = 0;
-                                // Out of fuel: the next check in wasm stops it.
-                                let _ = ctx.set_fuel(0);
-                            } else if !yields || y != d.fuel_paid_at {
-                                d.fuel_owed = 0;
-                                d.fuel_paid_at = y;
-                                let _ = ctx.set_fuel(f - owed);
-                            }
-                        }
-                        Ok(())
-                    });
-                }
+                // Each host function takes its call's fuel itself
+                // (`host::charge_host`), with these.
+                let d = store.data_mut();
+                d.host_call_fuel = self.cfg.host_call_fuel;
+                d.yields = yields;
             }
         }
         let id = self.next_space;
