@@ -910,3 +910,54 @@ fn define_marshal(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
     })?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use wasmtime::{Config, Extern, Store, Val, ValType};
+
+    /// Every host function a module may import ([`FUNCTIONS`]) takes one
+    /// host call's fuel ([`charge_host`]): called from the host with zero
+    /// arguments (each then refuses: no memory, no context), each costs
+    /// exactly `host_call_fuel`. A host function added without the charge
+    /// fails here.
+    #[test]
+    fn every_host_function_charges_one_host_call() {
+        let mut cfg = Config::new();
+        cfg.consume_fuel(true);
+        let engine = Engine::new(&cfg).unwrap();
+        let mut l = linker_for(&engine, InterfaceSet::ALL).unwrap();
+        crate::pods::define_pod(&mut l).unwrap();
+        let heap = crate::heap::HeapAccount::shared(Arc::new(std::sync::atomic::AtomicBool::new(false)), None);
+        let routes: Arc<dyn Routes> =
+            Arc::new(crate::StaticRoutes { this: Ipv4Addr::new(10, 0, 0, 1), table: HashMap::new() });
+        let state = Arc::new(Mutex::new(SoftState::new(4096, 16)));
+        let mut data = TenantState::new(PrincipalId([1; 32]), 1 << 20, heap, state, routes, HostLimits::default());
+        data.host_call_fuel = 500;
+        let mut store = Store::new(&engine, data);
+        let mut n = 0;
+        for (module, names) in FUNCTIONS {
+            for name in *names {
+                let Ok(Extern::Func(f)) = l.get(&mut store, module, name) else {
+                    panic!("{module}.{name} is not defined");
+                };
+                let ty = f.ty(&store);
+                let args: Vec<Val> = ty
+                    .params()
+                    .map(|p| match p {
+                        ValType::I64 => Val::I64(0),
+                        _ => Val::I32(0),
+                    })
+                    .collect();
+                let mut results: Vec<Val> = ty.results().map(|_| Val::I32(0)).collect();
+                store.set_fuel(1_000_000).unwrap();
+                f.call(&mut store, &args, &mut results).unwrap();
+                assert_eq!(1_000_000 - store.get_fuel().unwrap(), 500, "{module}.{name}");
+                n += 1;
+            }
+        }
+        assert_eq!(n, FUNCTIONS.iter().map(|(_, f)| f.len()).sum::<usize>());
+    }
+}
