@@ -95,20 +95,13 @@ impl Node {
             sealed.extend_from_slice(inner);
             return true;
         };
-        let r = g.peer_at(to).and_then(|peer| seal_into(g, peer, sealed, Inner::Bytes(inner), now_ms));
-        self.sealed_or_dropped(r, sealed)
-    }
-
-    /// Cuts `buf` to the sealed datagram `r`, or, without one (no SA),
-    /// empties it and counts a `no_sa` drop. Whether there is one.
-    fn sealed_or_dropped(&mut self, r: Option<Data>, buf: &mut Vec<u8>) -> bool {
-        match r {
+        match g.peer_at(to).and_then(|peer| seal_into(g, peer, sealed, Inner::Bytes(inner), now_ms)) {
             Some(Data::Arena(r) | Data::Input(r)) => {
-                buf.truncate(r.end);
+                sealed.truncate(r.end);
                 true
             }
             None => {
-                buf.clear();
+                sealed.clear();
                 self.counters.drop(Drop::NoSa);
                 false
             }
@@ -119,9 +112,9 @@ impl Node {
     /// its headers go into the [`SEAL_HEADROOM`] bytes in front of it and
     /// its tag behind it, which `buf` must have room for ([`room_around`];
     /// `None` without touching `buf` otherwise), or `None` when there is no
-    /// SA (counted as `no_sa`). With security off, the datagram as it is. Returns where the
-    /// sealed datagram is. For a link scheduler that queued the datagram in
-    /// the buffer it arrived in (no copy).
+    /// SA (counted as `no_sa`). With security off, the datagram as it is.
+    /// Returns where the sealed datagram is. For a link queue that keeps
+    /// the datagram in a buffer laid out so (no copy).
     pub fn seal_range(&mut self, to: &core::net::SocketAddr, buf: &mut [u8], r: Range<usize>) -> Option<Range<usize>> {
         let now_ms = self.now_ms;
         let Some(g) = self.sec.as_mut() else { return Some(r) };
@@ -129,13 +122,10 @@ impl Node {
             return None;
         }
         let sealed = g.peer_at(to).and_then(|peer| seal_in_buffer(g, peer, buf, r, now_ms));
-        match sealed {
-            Some(Data::Input(s)) => Some(s),
-            _ => {
-                self.counters.drop(Drop::NoSa);
-                None
-            }
+        if sealed.is_none() {
+            self.counters.drop(Drop::NoSa);
         }
+        sealed
     }
 
     /// Protects the transmissions from index `mark` on for their next hop
@@ -162,7 +152,9 @@ impl Node {
                 continue;
             }
             let sealed = g.peer_at(&t.to).and_then(|peer| match &t.data {
-                Data::Input(r) if inputs == 1 && room_around(buf, r) => seal_in_buffer(g, peer, buf, r.clone(), now_ms),
+                Data::Input(r) if inputs == 1 && room_around(buf, r) => {
+                    seal_in_buffer(g, peer, buf, r.clone(), now_ms).map(Data::Input)
+                }
                 Data::Input(r) => {
                     seal_into(g, peer, &mut out.arena, Inner::Bytes(buf.get(r.clone()).unwrap_or(&[])), now_ms)
                 }
@@ -207,8 +199,9 @@ pub fn room_around(buf: &[u8], r: &Range<usize>) -> bool {
 
 /// Seals the datagram at `buf[r]` for `peer` where it is, its headers
 /// written into the room in front of it and its tag behind it
-/// ([`room_around`]). None if there is no SA.
-fn seal_in_buffer(g: &mut Guard, peer: usize, buf: &mut [u8], r: Range<usize>, now_ms: u64) -> Option<Data> {
+/// ([`room_around`]); where the sealed datagram is. None if there is no SA
+/// (or no room).
+fn seal_in_buffer(g: &mut Guard, peer: usize, buf: &mut [u8], r: Range<usize>, now_ms: u64) -> Option<Range<usize>> {
     use anode_sec::sa::{AH_LEN, TAG_LEN};
     let start = r.start.checked_sub(SEAL_HEADROOM)?;
     let n = r.len();
@@ -216,39 +209,27 @@ fn seal_in_buffer(g: &mut Guard, peer: usize, buf: &mut [u8], r: Range<usize>, n
     let d = buf.get_mut(start..start + anep::HEADER_LEN + body)?;
     anep::write_header(d, anep::FLAG_DISCARD_UNKNOWN, secure::type_of(g.links.mode(peer)), body);
     let total = g.links.seal(peer, d, anep::HEADER_LEN, n, now_ms).ok()?;
-    Some(Data::Input(start..start + total))
+    Some(start..start + total)
 }
 
 /// Seals `inner` (an ANEP datagram) for `peer` into new bytes at the end
-/// of `arena`. None (and the arena unchanged) if there is no SA yet.
+/// of `arena`, laid out with room for the headers and the tag and sealed
+/// there ([`seal_in_buffer`]). None (and the arena unchanged) if there is
+/// no SA yet.
 fn seal_into(g: &mut Guard, peer: usize, arena: &mut Vec<u8>, inner: Inner<'_>, now_ms: u64) -> Option<Data> {
-    use anode_sec::sa::AH_LEN;
     let start = arena.len();
-    arena.resize(start + anep::HEADER_LEN + AH_LEN, 0);
+    arena.resize(start + SEAL_HEADROOM, 0);
     match inner {
         Inner::Empty => {}
         Inner::Bytes(b) => arena.extend_from_slice(b),
         Inner::Arena(r) if r.end <= start => arena.extend_from_within(r),
         Inner::Arena(_) => {}
     }
-    seal_laid_out(g, peer, arena, start, now_ms)
-}
-
-/// Seals the datagram laid out in `arena[start..]` behind
-/// [`SEAL_HEADROOM`] bytes of room for its headers, in place. None (and the
-/// arena cut back to `start`) if there is no SA yet.
-fn seal_laid_out(g: &mut Guard, peer: usize, arena: &mut Vec<u8>, start: usize, now_ms: u64) -> Option<Data> {
-    use anode_sec::sa::{AH_LEN, TAG_LEN};
-    let n = arena.len().checked_sub(start + anep::HEADER_LEN + AH_LEN)?;
-    let body = AH_LEN + n + TAG_LEN;
-    arena.resize(start + anep::HEADER_LEN + body, 0);
-    let d = &mut arena[start..];
-    anep::write_header(d, anep::FLAG_DISCARD_UNKNOWN, secure::type_of(g.links.mode(peer)), body);
-    match g.links.seal(peer, d, anep::HEADER_LEN, n, now_ms) {
-        Ok(total) => Some(Data::Arena(start..start + total)),
-        Err(_) => {
-            arena.truncate(start);
-            None
-        }
+    let r = start + SEAL_HEADROOM..arena.len();
+    arena.resize(arena.len() + anode_sec::sa::TAG_LEN, 0);
+    let sealed = seal_in_buffer(g, peer, arena, r, now_ms);
+    if sealed.is_none() {
+        arena.truncate(start);
     }
+    sealed.map(Data::Arena)
 }
