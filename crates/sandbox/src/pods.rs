@@ -1028,12 +1028,6 @@ pub(crate) fn caller_memory<T: PodClient>(c: &mut Caller<'_, T>) -> Option<Memor
     }
 }
 
-/// Takes a pod client's host-call fuel off its store
-/// ([`PodClient::charge_call`]) on the way back from the host.
-fn charge_host_call<T: PodClient>(c: &mut Caller<'_, T>) {
-    T::charge_call(c);
-}
-
 /// The bind request the pod's `pod_bind` reads from its buffer.
 fn bind_info(principal: PrincipalId, client: Client, entry: &str) -> Vec<u8> {
     let mut v = Vec::with_capacity(BIND_INFO_FIXED + entry.len());
@@ -1099,7 +1093,7 @@ fn run_pod(live: &mut Live, b: &Begun, depth: u32, budget: u64, input: &[u8]) ->
 fn call<T: PodClient>(c: &mut Caller<'_, T>, binding: i32, in_len: i32) -> i32 {
     let fuel = c.get_fuel().ok();
     let r = call_with(c, binding, in_len, fuel).0;
-    charge_host_call(c);
+    T::charge_call(c);
     r
 }
 
@@ -1185,7 +1179,7 @@ fn call_with<T: PodClient>(
 /// `pod.bind(name_ptr, name_len, buf_ptr, buf_len) -> binding | E_*`.
 fn bind<T: PodClient>(c: &mut Caller<'_, T>, np: i32, nl: i32, bp: i32, bl: i32) -> i32 {
     let r = bind_inner(c, np, nl, bp, bl);
-    charge_host_call(c);
+    T::charge_call(c);
     r
 }
 
@@ -1280,7 +1274,7 @@ impl core::future::Future for YieldOnce {
 /// policy, and the unbind still succeeds).
 fn unbind<T: PodClient>(c: &mut Caller<'_, T>, b: i32) -> i32 {
     let r = unbind_inner(c, b);
-    charge_host_call(c);
+    T::charge_call(c);
     r
 }
 
