@@ -128,6 +128,39 @@ impl Node {
         sealed
     }
 
+    /// Seals transmission `i` of `out`, which the core left unsealed for a
+    /// paced link ([`Node::set_seal_at_send`]), now, as the core seals the
+    /// others: where it is in `buf` (the receive buffer `out` was made
+    /// from) when nothing else of `out` points into `buf` and there is room
+    /// around it, else into the outbox's arena. For a datagram its link
+    /// sends at once instead of queueing it. False, counted as `no_sa` and
+    /// the transmission left as it was, when the neighbour has no SA now.
+    pub fn seal_transmit(&mut self, out: &mut Outbox, i: usize, buf: &mut [u8]) -> bool {
+        let now_ms = self.now_ms;
+        let Some(t) = out.transmits.get(i) else { return false };
+        if !t.unsealed {
+            return true;
+        }
+        let Some(g) = self.sec.as_mut() else { return false };
+        let sole = out.transmits.iter().filter(|t| matches!(t.data, Data::Input(_))).count()
+            + out.deliveries.iter().filter(|d| matches!(d.data, Data::Input(_))).count()
+            == 1;
+        let (to, data) = (t.to, t.data.clone());
+        match g.peer_at(&to).and_then(|peer| seal_data(g, peer, buf, &mut out.arena, &data, sole, now_ms)) {
+            Some(sealed) => {
+                if let Some(t) = out.transmits.get_mut(i) {
+                    t.data = sealed;
+                    t.unsealed = false;
+                }
+                true
+            }
+            None => {
+                self.counters.drop(Drop::NoSa);
+                false
+            }
+        }
+    }
+
     /// Protects the transmissions from index `mark` on for their next hop
     /// (hop by hop, SANE §4.6). Those without an SA are dropped (`no_sa`).
     ///
@@ -151,15 +184,8 @@ impl Node {
                 keep += 1;
                 continue;
             }
-            let sealed = g.peer_at(&t.to).and_then(|peer| match &t.data {
-                Data::Input(r) if inputs == 1 && room_around(buf, r) => {
-                    seal_in_buffer(g, peer, buf, r.clone(), now_ms).map(Data::Input)
-                }
-                Data::Input(r) => {
-                    seal_into(g, peer, &mut out.arena, Inner::Bytes(buf.get(r.clone()).unwrap_or(&[])), now_ms)
-                }
-                Data::Arena(r) => seal_into(g, peer, &mut out.arena, Inner::Arena(r.clone()), now_ms),
-            });
+            let sealed =
+                g.peer_at(&t.to).and_then(|peer| seal_data(g, peer, buf, &mut out.arena, &t.data, inputs == 1, now_ms));
             match sealed {
                 Some(data) => {
                     out.transmits[keep] = Transmit { data, ..t };
@@ -210,6 +236,28 @@ fn seal_in_buffer(g: &mut Guard, peer: usize, buf: &mut [u8], r: Range<usize>, n
     anep::write_header(d, anep::FLAG_DISCARD_UNKNOWN, secure::type_of(g.links.mode(peer)), body);
     let total = g.links.seal(peer, d, anep::HEADER_LEN, n, now_ms).ok()?;
     Some(start..start + total)
+}
+
+/// Seals the datagram at `data` for `peer`: in `buf` where it is when it
+/// is the only thing of its outbox there (`sole`) and has room around it
+/// ([`seal_in_buffer`], no copy), else copied into `arena` and sealed
+/// there ([`seal_into`]).
+fn seal_data(
+    g: &mut Guard,
+    peer: usize,
+    buf: &mut [u8],
+    arena: &mut Vec<u8>,
+    data: &Data,
+    sole: bool,
+    now_ms: u64,
+) -> Option<Data> {
+    match data {
+        Data::Input(r) if sole && room_around(buf, r) => {
+            seal_in_buffer(g, peer, buf, r.clone(), now_ms).map(Data::Input)
+        }
+        Data::Input(r) => seal_into(g, peer, arena, Inner::Bytes(buf.get(r.clone()).unwrap_or(&[])), now_ms),
+        Data::Arena(r) => seal_into(g, peer, arena, Inner::Arena(r.clone()), now_ms),
+    }
 }
 
 /// Seals `inner` (an ANEP datagram) for `peer` into new bytes at the end
