@@ -169,3 +169,35 @@ fn a_guaranteed_session_keeps_its_share_while_a_hostile_principal_floods_the_lin
         .unwrap_or_else(|| panic!("{sessions:?}"));
     assert!(vs["charges"]["tx_bytes"].as_u64().unwrap() >= v["sent_bytes"].as_u64().unwrap() * 9 / 10, "{vs} {v}");
 }
+
+/// On an idle paced link a datagram is not queued: the link counts it as
+/// sent at once (`sent_at_once`), it is sealed where it was received, and
+/// the next node opens it. Encrypted links paced at 1 Gbit/s; pings from a
+/// to c and back cross four paced links, each finding its link idle.
+#[test]
+fn an_idle_paced_link_sends_at_once_what_the_next_node_opens() {
+    let s = Scratch::new("tx", "at-once");
+    up_line3(&s, &["--link-rate", "1000000000", "--security", "encrypt"]);
+    let o = Command::new(ANODE)
+        .args(["ping", "10.0.0.3", "-c", "20", "-i", "0.01", "-W", "2", "--run-dir"])
+        .arg(s.tb().join("a"))
+        .output()
+        .unwrap();
+    assert!(text(&o).contains("20 received"), "{}", text(&o));
+    let b = status(&s.tb().join("b"));
+    let mut at_once = 0;
+    for i in b["interfaces"].as_array().unwrap() {
+        let tx = &i["tx"];
+        assert_eq!(tx["rate_bps"].as_u64(), Some(1_000_000_000), "{tx}");
+        assert_eq!(tx["queued_packets"].as_u64(), Some(0), "{tx}");
+        at_once += tx["sent_at_once"].as_u64().unwrap();
+    }
+    // b forwarded 20 requests and 20 replies, each at once (its own
+    // keepalives and handshakes may have waited behind one another).
+    assert!(at_once >= 40, "{at_once} sent at once: {}", b["interfaces"]);
+    let c = status(&s.tb().join("c"));
+    for d in ["auth_tag_mismatch", "auth_replay", "auth_beyond_window", "no_sa"] {
+        assert_eq!(c["drops"][d].as_u64().unwrap(), 0, "c dropped {d}: {}", c["drops"]);
+        assert_eq!(b["drops"][d].as_u64().unwrap(), 0, "b dropped {d}: {}", b["drops"]);
+    }
+}

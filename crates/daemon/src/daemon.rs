@@ -169,6 +169,14 @@ pub struct Daemon {
     pub(crate) paced: Arc<[bool]>,
     /// What the paced links released, reused wakeup after wakeup.
     pub(crate) released: Vec<(anode_node::core::Owner, crate::pacer::Queued)>,
+    /// The batch's datagrams their paced links let go at once (outbox,
+    /// transmission), reused batch after batch.
+    pub(crate) send_now: Vec<(usize, usize)>,
+    /// A paced link's burst being looked at: places and lengths (scratch).
+    pub(crate) burst: (Vec<(usize, usize)>, Vec<u32>),
+    /// When the receive batch being handled arrived (ns on the daemon's
+    /// clock; taken only when a link is paced).
+    pub(crate) batch_at_ns: u64,
     pub(crate) app_buf: Vec<u8>,
     pub(crate) msg: Vec<u8>,
     pub(crate) started: Instant,
@@ -464,6 +472,9 @@ impl Daemon {
             pacer: Arc::new(parking_lot::Mutex::new(pacer)),
             paced,
             released: Vec::with_capacity(BATCH),
+            send_now: Vec::with_capacity(BATCH),
+            burst: (Vec::with_capacity(BATCH), Vec::with_capacity(BATCH)),
+            batch_at_ns: 0,
             app_buf: vec![0; local::MAX_MESSAGE + 1],
             msg: Vec::with_capacity(3 + blen),
             charged: false,

@@ -60,6 +60,9 @@ pub(crate) struct Link {
     applied: HashMap<PrincipalId, (u64, bool)>,
     /// Guarantees the link refused (the sum would exceed the link).
     refused: u64,
+    /// Datagrams it let go at once, unqueued ([`Pacer::send_now`]; also
+    /// counted in its `sent_packets`).
+    sent_at_once: u64,
 }
 
 /// The paced links, by interface index (`None`: sent as produced).
@@ -107,7 +110,7 @@ impl Pacer {
                 // replies) goes first, even on a link booked to the last
                 // percent.
                 sched.set_priority(Owner::System, true).ok()?;
-                Some(Link { sched, period_ns, applied: HashMap::new(), refused: 0 })
+                Some(Link { sched, period_ns, applied: HashMap::new(), refused: 0, sent_at_once: 0 })
             })
             .collect();
         let links: Vec<Option<Link>> = links;
@@ -160,17 +163,7 @@ impl Pacer {
         }
         // The link time of the datagram as it will go: sealed.
         let len = u32::try_from(bytes.len() + seal.unwrap_or(0)).unwrap_or(u32::MAX);
-        let mut buf = spare_buf(&mut self.spare);
-        buf.clear();
-        let start = if seal.is_some() { anode_node::core::SEAL_HEADROOM } else { 0 };
-        // Room for the headers in front and the tag behind, so that the
-        // datagram is sealed where it waits ([`Pacer::seal_released`]).
-        buf.resize(start, 0);
-        buf.extend_from_slice(bytes);
-        if let Some(overhead) = seal {
-            buf.resize(buf.len() + overhead.saturating_sub(start), 0);
-        }
-        let q = Queued { to, buf, at: start..start + bytes.len(), seal: seal.is_some() };
+        let q = queued(&mut self.spare, to, bytes, seal);
         match link.sched.try_enqueue(owner, len, q, now_ns) {
             Ok(()) => {}
             Err((e, q)) => {
@@ -179,6 +172,39 @@ impl Pacer {
                 self.give_back(q.buf);
             }
         }
+    }
+
+    /// Gives paced interface `iface` a burst of `owner`'s datagrams (their
+    /// lengths as they will go, sealed, in `lens`), all arrived at `at_ns`,
+    /// to send at once ([`LinkSched::send_burst`]: the link's state is
+    /// exactly that of queueing each at `at_ns` and releasing at `now_ns`).
+    /// `Some(m)`: the link counted the first `m` as sent, the caller sends
+    /// them now; the rest were queued, `datagram(i)` giving each one's
+    /// neighbour, bytes and seal overhead (as for [`Pacer::enqueue`]).
+    /// `None`: nothing was taken (the link has datagrams queued, `owner`
+    /// holds a guarantee, the burst exceeds its queue): queue each.
+    pub(crate) fn send_burst<'b>(
+        &mut self,
+        node: &Node,
+        iface: usize,
+        owner: Owner,
+        lens: &[u32],
+        (at_ns, now_ns): (u64, u64),
+        datagram: impl Fn(usize) -> Option<(SocketAddr, &'b [u8], Option<usize>)>,
+    ) -> Option<usize> {
+        let Some(Some(link)) = self.links.get_mut(iface) else { return None };
+        if let Owner::Principal(p) = owner {
+            link.follow(p, node.tx_reserved_of(p), now_ns);
+        }
+        let spare = &mut self.spare;
+        let m = link.sched.send_burst(owner, lens, at_ns, now_ns, |i| match datagram(i) {
+            Some((to, bytes, seal)) => queued(spare, to, bytes, seal),
+            // Every index names one of the burst's datagrams; were one
+            // missing, an empty item would be sent as nothing (no bytes).
+            None => Queued { to: SocketAddr::from(([0, 0, 0, 0], 0)), buf: Vec::new(), at: 0..0, seal: false },
+        })?;
+        link.sent_at_once += m as u64;
+        Some(m)
     }
 
     /// Seals the released datagrams that left the core unsealed, in the
@@ -272,12 +298,28 @@ impl Pacer {
             "queue_bytes": link.sched.config().queue_bytes,
             "booked_ppb": s.booked_ppb,
             "queued_packets": s.queued_packets, "queued_bytes": s.queued_bytes,
-            "sent_packets": s.sent_packets, "sent_bytes": s.sent_bytes,
+            "sent_packets": s.sent_packets, "sent_bytes": s.sent_bytes, "sent_at_once": link.sent_at_once,
             "dropped_queue_full": s.dropped_queue_full, "dropped_no_client": s.dropped_no_client,
             "guarantees_refused": link.refused,
             "clients": clients,
         }))
     }
+}
+
+/// `bytes` for `to` copied into a buffer from `spare` to wait in a link's
+/// queue; with `seal` (the seal's overhead), with room for the headers in
+/// front and the tag behind, so that the datagram is sealed where it waits
+/// ([`Pacer::seal_released`]).
+fn queued(spare: &mut Vec<Vec<u8>>, to: SocketAddr, bytes: &[u8], seal: Option<usize>) -> Queued {
+    let mut buf = spare_buf(spare);
+    buf.clear();
+    let start = if seal.is_some() { anode_node::core::SEAL_HEADROOM } else { 0 };
+    buf.resize(start, 0);
+    buf.extend_from_slice(bytes);
+    if let Some(overhead) = seal {
+        buf.resize(buf.len() + overhead.saturating_sub(start), 0);
+    }
+    Queued { to, buf, at: start..start + bytes.len(), seal: seal.is_some() }
 }
 
 /// A buffer from `spare`, or a new one with room for a link MTU's datagram
@@ -392,6 +434,30 @@ mod tests {
     }
 
     #[test]
+    fn a_fast_idle_link_sends_a_whole_batch_at_once_in_order_unqueued() {
+        // East is paced at 40 Gbit/s: ten 300-byte datagrams hold it 600 ns
+        // in all, less than the core takes for the batch, so the link lets
+        // all of them go when the batch is sent, none copied into its queue.
+        let (mut d, a, c, west) = line("", "rate_bps = 40000000000\n", "pacer-burst");
+        let sent: Vec<Vec<u8>> = (0..10u8).map(|i| plain(300, i)).collect();
+        for p in &sent {
+            a.send_to(p, west).expect("send");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        d.udp_ready(0);
+        let mut buf = [0u8; 2048];
+        for s in &sent {
+            let (n, _) = c.recv_from(&mut buf).expect("each datagram arrives");
+            assert_eq!(buf[n - 1], s[s.len() - 1], "in order");
+        }
+        let st = d.pacer.lock().status(1).expect("east is paced");
+        let got = (st["sent_packets"].as_u64(), st["sent_at_once"].as_u64(), st["queued_packets"].as_u64());
+        assert_eq!(got, (Some(10), Some(10), Some(0)), "{st}");
+        assert_eq!(d.node.counters.ifaces[1].tx_packets, 10);
+        let _ = std::fs::remove_dir_all(d.run_dir());
+    }
+
+    #[test]
     fn a_paced_link_sends_at_its_rate_in_order_and_an_empty_one_asks_for_no_wakeup() {
         // East is paced at 1 Mbit/s: a 300-byte datagram holds it 2.4 ms.
         let (mut d, a, c, west) = line("", "rate_bps = 1000000\n", "pacer");
@@ -411,9 +477,10 @@ mod tests {
         };
         std::thread::sleep(Duration::from_millis(5));
         drain(&mut got);
-        // One datagram left at once; the other nine wait for the link.
+        // One datagram left at once, unqueued; the other nine wait for the link.
         assert_eq!(got.len(), 1);
-        assert_eq!(d.pacer.lock().status(1).expect("east is paced")["queued_packets"], 9);
+        let st = d.pacer.lock().status(1).expect("east is paced");
+        assert_eq!((st["queued_packets"].as_u64(), st["sent_at_once"].as_u64()), (Some(9), Some(1)), "{st}");
         assert!(d.pacer.lock().status(0).is_none(), "west is not paced");
         assert!(d.pacer.lock().next_due_ns(d.now_ns()).is_some(), "a wakeup for the queue");
         // Released as the link frees, in order.

@@ -143,6 +143,9 @@ impl Daemon {
     /// sends, delivers and charges what they produced.
     fn handle_slots(&mut self, iface: usize, k: usize) {
         let now_ms = self.now_ms();
+        if self.paced.iter().any(|p| *p) {
+            self.batch_at_ns = self.now_ns();
+        }
         let rcane = self.node.rcane_on();
         let cpu0 = if rcane { crate::daemon::thread_cpu_ns() } else { 0 };
         run_core(&mut self.node, &mut self.frag, &mut self.rx, iface, k, now_ms, rcane);
@@ -158,19 +161,34 @@ impl Daemon {
 
     /// Sends the transmissions of `from`'s outboxes.
     pub(crate) fn transmit(&mut self, from: Outs) {
-        let (outs, bufs): (&[Outbox], &[Vec<u8>]) = match from {
-            Outs::Rx(k) => (self.rx.outs.get(..k).unwrap_or(&[]), self.rx.bufs.get(..k).unwrap_or(&[])),
-            Outs::Inject => (std::slice::from_ref(&self.inject_out), &self.no_input),
-            Outs::Timer => (std::slice::from_ref(&self.timer_out), &self.no_input),
+        let now_ns = self.now_ns();
+        let (outs, bufs): (&mut [Outbox], &mut [Vec<u8>]) = match from {
+            Outs::Rx(k) => (self.rx.outs.get_mut(..k).unwrap_or(&mut []), self.rx.bufs.get_mut(..k).unwrap_or(&mut [])),
+            Outs::Inject => (std::slice::from_mut(&mut self.inject_out), &mut self.no_input),
+            Outs::Timer => (std::slice::from_mut(&mut self.timer_out), &mut self.no_input),
         };
+        // Datagrams of a receive batch joined their links when they arrived.
+        let at_ns = if matches!(from, Outs::Rx(_)) { self.batch_at_ns.min(now_ns) } else { now_ns };
+        let mut now = std::mem::take(&mut self.send_now);
+        now.clear();
         let skip = if self.paced.iter().any(|p| *p) {
-            let now_ns = self.now_ns();
             let mut pacer = self.pacer.lock();
-            enqueue_paced(&mut pacer, &mut self.node, &mut self.frag, &mut self.tally, &self.paced, outs, bufs, now_ns);
+            let (frag, tally, burst) = (&mut self.frag, &mut self.tally, &mut self.burst);
+            send_or_enqueue_paced(
+                &mut pacer,
+                &mut self.node,
+                frag,
+                tally,
+                (outs, bufs),
+                (at_ns, now_ns),
+                &mut now,
+                burst,
+            );
             Some(Arc::clone(&self.paced))
         } else {
             None
         };
+        let (outs, bufs): (&[Outbox], &[Vec<u8>]) = (outs, bufs);
         let mut tx = Tx {
             udp: &self.udp,
             hdrs: &mut self.tx_hdrs,
@@ -181,6 +199,10 @@ impl Daemon {
             skip: skip.as_deref().unwrap_or(&[]),
         };
         send_transmits(&mut tx, outs, bufs);
+        if !now.is_empty() {
+            send_paced_now(&mut tx, &mut self.node, outs, bufs, &now);
+        }
+        self.send_now = now;
         self.tally.apply(&mut self.node);
         if skip.is_some() {
             self.pace();
@@ -246,9 +268,9 @@ impl Daemon {
 /// on their links, for the event loop to release ([`Daemon::pace`]). A
 /// transmission left unsealed by the core is sealed when its link releases
 /// it (its SA sequence number then follows the link's order), unless it
-/// must go as fragments: those are sealed now. Called by the event loop and
-/// by the data path workers, with the node and the pacer locked (in that
-/// order).
+/// must go as fragments: those are sealed now. Called by the data path
+/// workers, with the node and the pacer locked (in that order); the event
+/// loop uses [`send_or_enqueue_paced`].
 #[allow(clippy::too_many_arguments)] // the event loop's and a worker's parts, borrowed apart
 pub(crate) fn enqueue_paced(
     pacer: &mut Pacer,
@@ -260,33 +282,185 @@ pub(crate) fn enqueue_paced(
     bufs: &[Vec<u8>],
     now_ns: u64,
 ) {
-    let mut pieces = Vec::new();
-    let mut sealed = Vec::new();
+    let mut scratch = (Vec::new(), Vec::new());
     for (out, buf) in outs.iter().zip(bufs) {
         for t in out.transmits.iter().filter(|t| paced.get(t.iface).copied().unwrap_or(false)) {
-            let mut bytes = out.bytes(&t.data, buf);
-            // The core leaves a transmission unsealed only for a neighbour
-            // with an SA (`Node::protect`): no lookup per datagram here.
-            let overhead = if t.unsealed { anode_node::core::SEAL_OVERHEAD } else { 0 };
-            if !frag.too_long(bytes.len() + overhead) {
-                let seal = t.unsealed.then_some(overhead);
-                pacer.enqueue(node, t.iface, t.owner, t.to, bytes, seal, now_ns);
-                continue;
+            enqueue_one(pacer, node, frag, tally, (out, buf), t, &mut scratch, now_ns);
+        }
+    }
+}
+
+/// Queues transmission `t` of `out` (made from `buf`) on its paced link at
+/// `at_ns`: whole, or as its fragments (sealed first) when it is longer
+/// than the link's MTU. `scratch`: reused room for the fragments and the
+/// sealed datagram.
+#[allow(clippy::too_many_arguments)]
+fn enqueue_one(
+    pacer: &mut Pacer,
+    node: &mut Node,
+    frag: &mut Frag,
+    tally: &mut TxTally,
+    (out, buf): (&Outbox, &[u8]),
+    t: &anode_node::core::Transmit,
+    (pieces, sealed): &mut (Vec<Vec<u8>>, Vec<u8>),
+    at_ns: u64,
+) {
+    let mut bytes = out.bytes(&t.data, buf);
+    // The core leaves a transmission unsealed only for a neighbour with an
+    // SA (`Node::protect`): no lookup per datagram here.
+    let overhead = if t.unsealed { anode_node::core::SEAL_OVERHEAD } else { 0 };
+    if !frag.too_long(bytes.len() + overhead) {
+        let seal = t.unsealed.then_some(overhead);
+        pacer.enqueue(node, t.iface, t.owner, t.to, bytes, seal, at_ns);
+        return;
+    }
+    if t.unsealed {
+        if !node.seal_for(&t.to, bytes, sealed) {
+            return;
+        }
+        bytes = sealed;
+    }
+    pieces.clear();
+    if frag.split(bytes, pieces) == 0 {
+        tally.count(t.iface, bytes.len(), false);
+        return;
+    }
+    for p in pieces.iter() {
+        pacer.enqueue(node, t.iface, t.owner, t.to, p, None, at_ns);
+    }
+}
+
+/// The event loop's [`enqueue_paced`]: the batch's transmissions for each
+/// paced interface, arrived at `at_ns`, as one burst.
+///
+/// When they are one owner's, none is longer than the link's MTU, and the
+/// link has nothing queued, the link takes the burst at once
+/// ([`Pacer::send_burst`]: its state is exactly that of queueing each at
+/// `at_ns` and releasing at `now_ns`): the ones it lets go now are sealed
+/// where they are and their places (outbox, transmission) added to `now`
+/// for [`send_paced_now`], with no copy into the queue and out again, and
+/// the rest are queued as usual. Sealed before anything the link releases
+/// after them, and sent before [`Daemon::pace`] sends that, so the SA's
+/// sequence numbers still follow the link's order. Otherwise each is
+/// queued ([`enqueue_one`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn send_or_enqueue_paced(
+    pacer: &mut Pacer,
+    node: &mut Node,
+    frag: &mut Frag,
+    tally: &mut TxTally,
+    (outs, bufs): (&mut [Outbox], &mut [Vec<u8>]),
+    (at_ns, now_ns): (u64, u64),
+    now: &mut Vec<(usize, usize)>,
+    (burst, lens): &mut (Vec<(usize, usize)>, Vec<u32>),
+) {
+    let mut scratch = (Vec::new(), Vec::new());
+    for iface in 0..pacer.len() {
+        if !pacer.paced(iface) {
+            continue;
+        }
+        burst.clear();
+        lens.clear();
+        let mut owner = None;
+        let mut one = true;
+        for (i, (out, buf)) in outs.iter().zip(bufs.iter()).enumerate() {
+            for (j, t) in out.transmits.iter().enumerate().filter(|(_, t)| t.iface == iface) {
+                let overhead = if t.unsealed { anode_node::core::SEAL_OVERHEAD } else { 0 };
+                let len = out.bytes(&t.data, buf).len() + overhead;
+                one &= !frag.too_long(len) && owner.is_none_or(|o| o == t.owner);
+                owner = Some(t.owner);
+                burst.push((i, j));
+                lens.push(u32::try_from(len).unwrap_or(u32::MAX));
             }
-            if t.unsealed {
-                if !node.seal_for(&t.to, bytes, &mut sealed) {
-                    continue;
+        }
+        let Some(owner) = owner else { continue };
+        let went = if one {
+            let (o, b): (&[Outbox], &[Vec<u8>]) = (outs, bufs);
+            pacer.send_burst(node, iface, owner, lens, (at_ns, now_ns), |k| {
+                let (i, j) = burst.get(k).copied().unwrap_or_default();
+                let (out, buf) = (o.get(i)?, b.get(i)?);
+                let t = out.transmits.get(j)?;
+                Some((t.to, out.bytes(&t.data, buf), t.unsealed.then_some(anode_node::core::SEAL_OVERHEAD)))
+            })
+        } else {
+            None
+        };
+        match went {
+            Some(m) => {
+                for &(i, j) in burst.iter().take(m) {
+                    if let (Some(out), Some(buf)) = (outs.get_mut(i), bufs.get_mut(i))
+                        && node.seal_transmit(out, j, buf)
+                    {
+                        now.push((i, j));
+                    }
                 }
-                bytes = &sealed;
             }
-            pieces.clear();
-            if frag.split(bytes, &mut pieces) == 0 {
-                tally.count(t.iface, bytes.len(), false);
-                continue;
+            None => {
+                for &(i, j) in burst.iter() {
+                    if let (Some(out), Some(buf)) = (outs.get(i), bufs.get(i))
+                        && let Some(t) = out.transmits.get(j)
+                    {
+                        enqueue_one(pacer, node, frag, tally, (out, buf), t, &mut scratch, at_ns);
+                    }
+                }
             }
-            for p in &pieces {
-                pacer.enqueue(node, t.iface, t.owner, t.to, p, None, now_ns);
+        }
+    }
+}
+
+/// Sends the datagrams that their paced links let go at once
+/// ([`send_or_enqueue_paced`]: transmission `j` of outbox `i` for each
+/// `(i, j)`), in order, a GSO run or `sendmmsg` per [`BATCH`] per
+/// interface, and charges each one the kernel took to its owner's session
+/// (as [`Daemon::pace`] does for the ones it releases).
+pub(crate) fn send_paced_now(
+    tx: &mut Tx<'_>,
+    node: &mut Node,
+    outs: &[Outbox],
+    bufs: &[Vec<u8>],
+    now: &[(usize, usize)],
+) {
+    for (iface, sock) in tx.udp.iter().enumerate() {
+        let mine = now.iter().filter_map(|&(i, j)| {
+            let (out, buf) = (outs.get(i)?, bufs.get(i).map_or(&[][..], Vec::as_slice));
+            out.transmits.get(j).filter(|t| t.iface == iface).map(|t| (t, out.bytes(&t.data, buf)))
+        });
+        let mut iovs = [[IoSlice::new(&[])]; BATCH];
+        let mut addrs: [Option<SockaddrStorage>; BATCH] = [None; BATCH];
+        let mut owners = [(Owner::BestEffort, 0u64); BATCH];
+        let mut k = 0;
+        let mut flush =
+            |tx: &mut Tx<'_>, iovs: &[[IoSlice<'_>; 1]], addrs: &[Option<SockaddrStorage>], owners: &[(Owner, u64)]| {
+                let sent = send_chunk(tx, sock, iface, iovs, addrs);
+                // Charged per run of one owner's datagrams (a burst is one
+                // owner's), not one session lookup per datagram.
+                let mut run: Option<(Owner, u64, u64)> = None;
+                for (_, (owner, len)) in owners.iter().enumerate().filter(|(n, _)| sent.get(*n)) {
+                    match &mut run {
+                        Some((o, p, b)) if o == owner => (*p, *b) = (*p + 1, *b + len),
+                        _ => {
+                            if let Some((o, p, b)) = run.replace((*owner, 1, *len)) {
+                                node.charge_sent(o, p, b);
+                            }
+                        }
+                    }
+                }
+                if let Some((o, p, b)) = run {
+                    node.charge_sent(o, p, b);
+                }
+            };
+        for (t, bytes) in mine {
+            iovs[k] = [IoSlice::new(bytes)];
+            addrs[k] = Some(SockaddrStorage::from(t.to));
+            owners[k] = (t.owner, bytes.len() as u64);
+            k += 1;
+            if k == BATCH {
+                flush(tx, &iovs, &addrs, &owners);
+                k = 0;
             }
+        }
+        if k > 0 {
+            flush(tx, &iovs[..k], &addrs[..k], &owners[..k]);
         }
     }
 }
