@@ -1239,18 +1239,42 @@ pub(crate) fn define_for_modules(
         if point {
             d.pod_mark = after;
         }
-        Box::new(async move {
-            if point {
+        if point {
+            Box::new(async move {
                 YieldOnce(false).await;
-            }
-            r
-        })
+                r
+            }) as Box<dyn core::future::Future<Output = i32> + Send>
+        } else {
+            // The common case: no allocation for the future.
+            STATUS.with(|s| s.set(r));
+            Box::new(Status)
+        }
     })?;
     l.func_wrap_async("pod", "unbind", |mut c: Caller<'_, crate::host::TenantState>, (b,): (i32,)| {
         let r = unbind(&mut c, b);
         Box::new(async move { r })
     })?;
     Ok(())
+}
+
+std::thread_local! {
+    /// The status of the `pod.call` this thread has just made, for the
+    /// [`Status`] future that wasmtime polls at once, on this thread,
+    /// before any other host function of it can run.
+    static STATUS: core::cell::Cell<i32> = const { core::cell::Cell::new(0) };
+}
+
+/// A future ready at first poll with the status in [`STATUS`]: `pod.call`'s
+/// result when the call is not a preemption point. It is zero-sized, so
+/// the box wasmtime's asynchronous host functions return costs no
+/// allocation (a `malloc` and a `free` per call otherwise).
+struct Status;
+
+impl core::future::Future for Status {
+    type Output = i32;
+    fn poll(self: core::pin::Pin<&mut Self>, _: &mut core::task::Context<'_>) -> core::task::Poll<i32> {
+        core::task::Poll::Ready(STATUS.with(core::cell::Cell::get))
+    }
 }
 
 /// A future that is pending once: a preemption point inside a host call.
