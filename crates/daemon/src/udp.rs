@@ -250,10 +250,9 @@ impl Daemon {
                 let sent = send_chunk(&mut tx, sock, iface, &iovs[..n], &addrs[..n]);
                 // Only what the kernel took is charged: a datagram it
                 // refused (EAGAIN, say) is counted as a transmit error.
-                for (i, (owner, q)) in got.drain(..).enumerate() {
-                    if sent.get(i) {
-                        self.node.charge_sent(owner, 1, q.bytes().len() as u64);
-                    }
+                let took = got.iter().enumerate().filter(|(i, _)| sent.get(*i));
+                charge_runs(&mut self.node, took.map(|(_, (owner, q))| (*owner, q.bytes().len() as u64)));
+                for (_, q) in got.drain(..) {
                     pacer.recycle(q);
                 }
                 self.charged = true;
@@ -432,22 +431,7 @@ pub(crate) fn send_paced_now(
         let mut flush =
             |tx: &mut Tx<'_>, iovs: &[[IoSlice<'_>; 1]], addrs: &[Option<SockaddrStorage>], owners: &[(Owner, u64)]| {
                 let sent = send_chunk(tx, sock, iface, iovs, addrs);
-                // Charged per run of one owner's datagrams (a burst is one
-                // owner's), not one session lookup per datagram.
-                let mut run: Option<(Owner, u64, u64)> = None;
-                for (_, (owner, len)) in owners.iter().enumerate().filter(|(n, _)| sent.get(*n)) {
-                    match &mut run {
-                        Some((o, p, b)) if o == owner => (*p, *b) = (*p + 1, *b + len),
-                        _ => {
-                            if let Some((o, p, b)) = run.replace((*owner, 1, *len)) {
-                                node.charge_sent(o, p, b);
-                            }
-                        }
-                    }
-                }
-                if let Some((o, p, b)) = run {
-                    node.charge_sent(o, p, b);
-                }
+                charge_runs(node, owners.iter().enumerate().filter(|(n, _)| sent.get(*n)).map(|(_, o)| *o));
             };
         for (t, bytes) in mine {
             iovs[k] = [IoSlice::new(bytes)];
@@ -462,6 +446,26 @@ pub(crate) fn send_paced_now(
         if k > 0 {
             flush(tx, &iovs[..k], &addrs[..k], &owners[..k]);
         }
+    }
+}
+
+/// Charges datagrams a paced link sent (owner, bytes) to their owners'
+/// sessions, one charge per run of one owner's datagrams (a burst is one
+/// owner's) rather than a session lookup per datagram.
+fn charge_runs(node: &mut Node, sent: impl Iterator<Item = (Owner, u64)>) {
+    let mut run: Option<(Owner, u64, u64)> = None;
+    for (owner, len) in sent {
+        match &mut run {
+            Some((o, p, b)) if *o == owner => (*p, *b) = (*p + 1, *b + len),
+            _ => {
+                if let Some((o, p, b)) = run.replace((owner, 1, len)) {
+                    node.charge_sent(o, p, b);
+                }
+            }
+        }
+    }
+    if let Some((o, p, b)) = run {
+        node.charge_sent(o, p, b);
     }
 }
 
