@@ -338,15 +338,34 @@ fn join_ring<K, T>(ring: &mut VecDeque<K>, key: K, c: &mut Client<T>) {
     }
 }
 
-/// Counts a best-effort or priority packet of `len` bytes (`ns` of link
-/// time) that `c` sent, as [`LinkSched::poll`] does (its deficit too).
-fn sent_one<T>(c: &mut Client<T>, stats: &mut LinkStats, len: u32, ns: u64) {
+/// Puts a packet of `len` bytes queued at `at` at the back of `c`'s queue
+/// and counts it there and in the link's `stats` (and in `prio_queued` for
+/// a priority client).
+fn queue_one<T>(c: &mut Client<T>, stats: &mut LinkStats, prio_queued: &mut u64, len: u32, at: u64, item: T) {
+    c.queue.push_back((len, at, item));
+    if c.priority {
+        *prio_queued += 1;
+    }
+    c.charged += u64::from(len).max(MIN_CHARGE);
+    c.stats.queued_packets += 1;
+    c.stats.queued_bytes += u64::from(len);
+    stats.queued_packets += 1;
+    stats.queued_bytes += u64::from(len);
+}
+
+/// Counts a packet of `len` bytes (`ns` of link time) that `c` sent, and
+/// takes it from its budget (`guaranteed`) or its best-effort deficit.
+fn sent_one<T>(c: &mut Client<T>, stats: &mut LinkStats, len: u32, ns: u64, guaranteed: bool) {
     c.stats.sent_packets += 1;
     c.stats.sent_bytes += u64::from(len);
     c.stats.sent_ns = c.stats.sent_ns.saturating_add(ns);
     c.cur_ns = c.cur_ns.saturating_add(ns);
     c.max_pkt_ns = c.max_pkt_ns.max(ns);
-    c.deficit = c.deficit.saturating_sub(u64::from(len));
+    if guaranteed {
+        c.budget_ns = c.budget_ns.saturating_sub(i64::try_from(ns).unwrap_or(i64::MAX));
+    } else {
+        c.deficit = c.deficit.saturating_sub(u64::from(len));
+    }
     stats.sent_packets += 1;
     stats.sent_bytes += u64::from(len);
 }
@@ -557,15 +576,7 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
             self.stats.dropped_queue_full += 1;
             return Err((TxError::QueueFull { queued: c.stats.queued_bytes, limit: self.cfg.queue_bytes }, item));
         }
-        c.queue.push_back((len, self.now, item));
-        if c.priority {
-            self.prio_queued += 1;
-        }
-        c.charged += charge;
-        c.stats.queued_packets += 1;
-        c.stats.queued_bytes += u64::from(len);
-        self.stats.queued_packets += 1;
-        self.stats.queued_bytes += u64::from(len);
+        queue_one(c, &mut self.stats, &mut self.prio_queued, len, self.now, item);
         join_ring(&mut self.ring, key, c);
         Ok(())
     }
@@ -640,7 +651,7 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
                         break;
                     }
                     let ns = link_time(len, cfg.rate_bps);
-                    sent_one(c, stats, len, ns);
+                    sent_one(c, stats, len, ns, false);
                     *busy_until = t.max(at).saturating_add(ns);
                     sent += 1;
                 }
@@ -662,22 +673,14 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
             }
             let c = self.clients.get_mut(&key)?;
             let ns = link_time(len, self.cfg.rate_bps);
-            sent_one(c, &mut self.stats, len, ns);
+            sent_one(c, &mut self.stats, len, ns, false);
             self.busy_until = t.max(at).saturating_add(ns);
             sent += 1;
         }
         // The rest wait in the queue, as queued at `at`.
         let c = self.clients.get_mut(&key)?;
         for (i, &len) in lens.iter().enumerate().skip(sent) {
-            c.queue.push_back((len, at, rest(i)));
-            c.charged += u64::from(len).max(MIN_CHARGE);
-            c.stats.queued_packets += 1;
-            c.stats.queued_bytes += u64::from(len);
-            self.stats.queued_packets += 1;
-            self.stats.queued_bytes += u64::from(len);
-            if priority {
-                self.prio_queued += 1;
-            }
+            queue_one(c, &mut self.stats, &mut self.prio_queued, len, at, rest(i));
         }
         Some(sent)
     }
@@ -792,20 +795,9 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
         c.charged = c.charged.saturating_sub(u64::from(len).max(MIN_CHARGE));
         c.stats.queued_packets -= 1;
         c.stats.queued_bytes -= u64::from(len);
-        c.stats.sent_packets += 1;
-        c.stats.sent_bytes += u64::from(len);
-        c.stats.sent_ns = c.stats.sent_ns.saturating_add(ns);
-        c.cur_ns = c.cur_ns.saturating_add(ns);
-        c.max_pkt_ns = c.max_pkt_ns.max(ns);
-        if guaranteed {
-            c.budget_ns = c.budget_ns.saturating_sub(i64::try_from(ns).unwrap_or(i64::MAX));
-        } else {
-            c.deficit = c.deficit.saturating_sub(u64::from(len));
-        }
         self.stats.queued_packets -= 1;
         self.stats.queued_bytes -= u64::from(len);
-        self.stats.sent_packets += 1;
-        self.stats.sent_bytes += u64::from(len);
+        sent_one(c, &mut self.stats, len, ns, guaranteed);
         self.busy_until = t.saturating_add(ns);
         Some(Released { key, item, len, start_ns: t, guaranteed })
     }
