@@ -60,7 +60,7 @@ pub(crate) struct Link {
     applied: HashMap<PrincipalId, (u64, bool)>,
     /// Guarantees the link refused (the sum would exceed the link).
     refused: u64,
-    /// Datagrams it let go at once, unqueued ([`Pacer::send_now`]; also
+    /// Datagrams it let go at once, unqueued ([`Pacer::send_burst`]; also
     /// counted in its `sent_packets`).
     sent_at_once: u64,
 }
@@ -199,8 +199,9 @@ impl Pacer {
         let spare = &mut self.spare;
         let m = link.sched.send_burst(owner, lens, at_ns, now_ns, |i| match datagram(i) {
             Some((to, bytes, seal)) => queued(spare, to, bytes, seal),
-            // Every index names one of the burst's datagrams; were one
-            // missing, an empty item would be sent as nothing (no bytes).
+            // Cannot happen: the caller's indices are the burst's own.
+            // Were one missing, its item would go as an empty datagram to
+            // 0.0.0.0:0, which the kernel refuses (a transmit error).
             None => Queued { to: SocketAddr::from(([0, 0, 0, 0], 0)), buf: Vec::new(), at: 0..0, seal: false },
         })?;
         link.sent_at_once += m as u64;

@@ -161,17 +161,18 @@ impl Daemon {
 
     /// Sends the transmissions of `from`'s outboxes.
     pub(crate) fn transmit(&mut self, from: Outs) {
-        let now_ns = self.now_ns();
+        // The clock only for paced links (an unpaced node reads none here).
+        let clock = self.paced.iter().any(|p| *p).then(|| self.now_ns());
         let (outs, bufs): (&mut [Outbox], &mut [Vec<u8>]) = match from {
             Outs::Rx(k) => (self.rx.outs.get_mut(..k).unwrap_or(&mut []), self.rx.bufs.get_mut(..k).unwrap_or(&mut [])),
             Outs::Inject => (std::slice::from_mut(&mut self.inject_out), &mut self.no_input),
             Outs::Timer => (std::slice::from_mut(&mut self.timer_out), &mut self.no_input),
         };
-        // Datagrams of a receive batch joined their links when they arrived.
-        let at_ns = if matches!(from, Outs::Rx(_)) { self.batch_at_ns.min(now_ns) } else { now_ns };
         let mut now = std::mem::take(&mut self.send_now);
         now.clear();
-        let skip = if self.paced.iter().any(|p| *p) {
+        let skip = if let Some(now_ns) = clock {
+            // Datagrams of a receive batch joined their links when they arrived.
+            let at_ns = if matches!(from, Outs::Rx(_)) { self.batch_at_ns.min(now_ns) } else { now_ns };
             let mut pacer = self.pacer.lock();
             let (frag, tally, burst) = (&mut self.frag, &mut self.tally, &mut self.burst);
             send_or_enqueue_paced(
@@ -305,12 +306,8 @@ fn enqueue_one(
     at_ns: u64,
 ) {
     let mut bytes = out.bytes(&t.data, buf);
-    // The core leaves a transmission unsealed only for a neighbour with an
-    // SA (`Node::protect`): no lookup per datagram here.
-    let overhead = if t.unsealed { anode_node::core::SEAL_OVERHEAD } else { 0 };
-    if !frag.too_long(bytes.len() + overhead) {
-        let seal = t.unsealed.then_some(overhead);
-        pacer.enqueue(node, t.iface, t.owner, t.to, bytes, seal, at_ns);
+    if !frag.too_long(sealed_len(t, bytes)) {
+        pacer.enqueue(node, t.iface, t.owner, t.to, bytes, seal_overhead(t), at_ns);
         return;
     }
     if t.unsealed {
@@ -327,6 +324,19 @@ fn enqueue_one(
     for p in pieces.iter() {
         pacer.enqueue(node, t.iface, t.owner, t.to, p, None, at_ns);
     }
+}
+
+/// What sealing will add to transmission `t` when its link sends it: the
+/// core leaves a transmission unsealed only for a neighbour with an SA
+/// (`Node::protect`), so no lookup per datagram here.
+fn seal_overhead(t: &anode_node::core::Transmit) -> Option<usize> {
+    t.unsealed.then_some(anode_node::core::SEAL_OVERHEAD)
+}
+
+/// The length of transmission `t` (its datagram `bytes`) as it will go on
+/// its link, sealed.
+fn sealed_len(t: &anode_node::core::Transmit, bytes: &[u8]) -> usize {
+    bytes.len() + seal_overhead(t).unwrap_or(0)
 }
 
 /// The event loop's [`enqueue_paced`]: the batch's transmissions for each
@@ -364,8 +374,7 @@ pub(crate) fn send_or_enqueue_paced(
         let mut one = true;
         for (i, (out, buf)) in outs.iter().zip(bufs.iter()).enumerate() {
             for (j, t) in out.transmits.iter().enumerate().filter(|(_, t)| t.iface == iface) {
-                let overhead = if t.unsealed { anode_node::core::SEAL_OVERHEAD } else { 0 };
-                let len = out.bytes(&t.data, buf).len() + overhead;
+                let len = sealed_len(t, out.bytes(&t.data, buf));
                 one &= !frag.too_long(len) && owner.is_none_or(|o| o == t.owner);
                 owner = Some(t.owner);
                 burst.push((i, j));
@@ -379,7 +388,7 @@ pub(crate) fn send_or_enqueue_paced(
                 let (i, j) = burst.get(k).copied().unwrap_or_default();
                 let (out, buf) = (o.get(i)?, b.get(i)?);
                 let t = out.transmits.get(j)?;
-                Some((t.to, out.bytes(&t.data, buf), t.unsealed.then_some(anode_node::core::SEAL_OVERHEAD)))
+                Some((t.to, out.bytes(&t.data, buf), seal_overhead(t)))
             })
         } else {
             None
