@@ -24,7 +24,7 @@ mod kdc;
 mod modules;
 mod recovery;
 mod seal;
-pub use seal::{SEAL_HEADROOM, SEAL_OVERHEAD, room_around};
+pub use seal::{SEAL_HEADROOM, SEAL_OVERHEAD};
 mod sessions;
 mod tap;
 

@@ -142,9 +142,7 @@ impl Node {
             return true;
         }
         let Some(g) = self.sec.as_mut() else { return false };
-        let sole = out.transmits.iter().filter(|t| matches!(t.data, Data::Input(_))).count()
-            + out.deliveries.iter().filter(|d| matches!(d.data, Data::Input(_))).count()
-            == 1;
+        let sole = input_refs(out) == 1;
         let (to, data) = (t.to, t.data.clone());
         match g.peer_at(&to).and_then(|peer| seal_data(g, peer, buf, &mut out.arena, &data, sole, now_ms)) {
             Some(sealed) => {
@@ -173,8 +171,7 @@ impl Node {
     pub(super) fn protect(&mut self, buf: &mut [u8], out: &mut Outbox, mark: usize, now_ms: u64) {
         self.capture_out(buf, out, mark);
         let Some(g) = self.sec.as_mut() else { return };
-        let inputs = out.transmits.iter().filter(|t| matches!(t.data, Data::Input(_))).count()
-            + out.deliveries.iter().filter(|d| matches!(d.data, Data::Input(_))).count();
+        let inputs = input_refs(out);
         let mut keep = mark;
         for i in mark..out.transmits.len() {
             let t = out.transmits[i].clone();
@@ -236,6 +233,14 @@ fn seal_in_buffer(g: &mut Guard, peer: usize, buf: &mut [u8], r: Range<usize>, n
     anep::write_header(d, anep::FLAG_DISCARD_UNKNOWN, secure::type_of(g.links.mode(peer)), body);
     let total = g.links.seal(peer, d, anep::HEADER_LEN, n, now_ms).ok()?;
     Some(start..start + total)
+}
+
+/// How many of `out`'s transmissions and deliveries point into the receive
+/// buffer (`Data::Input`): a datagram is sealed in that buffer only when it
+/// is the one.
+fn input_refs(out: &Outbox) -> usize {
+    out.transmits.iter().filter(|t| matches!(t.data, Data::Input(_))).count()
+        + out.deliveries.iter().filter(|d| matches!(d.data, Data::Input(_))).count()
 }
 
 /// Seals the datagram at `data` for `peer`: in `buf` where it is when it
