@@ -906,7 +906,8 @@ impl Vm {
         macro_rules! byte {
             ($off:expr, $i:expr) => {{
                 let i: u32 = $i;
-                hword!($off + 1 + i / 4).to_be_bytes()[(i % 4) as usize]
+                // Byte i of the blob: the words hold its bytes big-end first.
+                (hword!($off + 1 + i / 4) >> (8 * (3 - i % 4))) as u8
             }};
         }
         macro_rules! alloc {
@@ -1097,7 +1098,8 @@ impl Vm {
                 }
                 // ---- network control ----
                 opc::Forw | opc::ForwTo => {
-                    let (dest, src) = if op == opc::Forw { (hdr.dst, hdr.src) } else { (addr!(), ctx.here()) };
+                    let (dest, src) =
+                        if op == opc::Forw { (head_addr(head, 12), head_addr(head, 8)) } else { (addr!(), ctx.here()) };
                     if ctx.is_here(dest) {
                         continue_trace::<E, T>(tr, at, w, head, &hdr, scratch, &st[..sp], rb);
                         continue;
@@ -1196,8 +1198,8 @@ impl Vm {
                     jump!(at, v + sext25(imm) as i64)
                 }
                 // ---- environment ----
-                opc::GetSrc => push_addr!(cold_addr(hdr.src)),
-                opc::GetDst => push_addr!(cold_addr(hdr.dst)),
+                opc::GetSrc => push_addr!(cold_addr(head_addr(head, 8))),
+                opc::GetDst => push_addr!(cold_addr(head_addr(head, 12))),
                 opc::GetRb => push!(Value::int(rb as i32)),
                 opc::GetEp => push!(cold_int(hdr.entry as i32)),
                 opc::GetPort => push!(cold_int(hdr.port as i32)),
@@ -1421,7 +1423,12 @@ impl Vm {
                     if imm as u64 + 2 > len as u64 {
                         fail!(Fault::IndexOutOfBounds { index: imm as i64, len })
                     }
-                    let v = u16::from_be_bytes([byte!(off, imm), byte!(off, imm + 1)]);
+                    // One word read when both bytes are in one word.
+                    let v = if imm % 4 != 3 {
+                        (hword!(off + 1 + imm / 4) >> (8 * (2 - imm % 4))) as u16
+                    } else {
+                        u16::from_be_bytes([byte!(off, imm), byte!(off, imm + 1)])
+                    };
                     push!(Value::int(v as i32))
                 }
                 opc::BGetA => {
@@ -1533,6 +1540,15 @@ crate::for_each_op!(op_codes);
 #[inline(never)]
 fn cold_int(i: i32) -> Value {
     Value::int(i)
+}
+
+/// The address at byte `at` of the header (8: source, 12: destination),
+/// read where it lies instead of from the decoded header: the header is not
+/// written while the packet runs, and keeping the decoded copies live across
+/// the interpreter's loop cost two loads per instruction.
+#[inline(always)]
+fn head_addr(head: &[u8], at: usize) -> Ipv4Addr {
+    head.get(at..at + 4).and_then(|b| <[u8; 4]>::try_from(b).ok()).map_or(Ipv4Addr::UNSPECIFIED, Ipv4Addr::from)
 }
 
 /// The same for the address queries.
