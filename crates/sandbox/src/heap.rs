@@ -6,9 +6,9 @@
 //! reserved memory blocks that comprise the heap, rather than the amount of
 //! live memory within those blocks." (RCANE §IV-E)
 //!
-//! Every store of a principal (its modules' store and its capsule
-//! instances' store) and the host-side state the sandbox keeps for it draw
-//! from ONE [`HeapAccount`], shared by reference. What is charged, by
+//! Every store of a principal (its modules' store, its capsule instances'
+//! store and the stores of the pods it owns) and the host-side state the
+//! sandbox keeps for it draw from ONE [`HeapAccount`], shared by reference. What is charged, by
 //! reserved size, never by live size:
 //!
 //! | part | size charged |

@@ -161,20 +161,40 @@ pub(crate) struct MemLimiter {
     /// Table bytes this store holds.
     pub tables: usize,
     pub exceeded: bool,
-    /// The principal's account (`None` for pods, which have their own cap).
+    /// The principal's account (`None`: a store charged to no one, such as a
+    /// pod hub's own tests).
     pub heap: Option<SharedHeap>,
+    /// Whether `cap` applies even while the account holds a reservation
+    /// (a pod: its credential's memory is its own bound, and its owner's
+    /// session reservation bounds it too).
+    pub cap_always: bool,
 }
 
 impl MemLimiter {
     /// A limiter of `cap` bytes for a store charged to `heap`.
     pub fn new(cap: usize, heap: Option<SharedHeap>) -> MemLimiter {
-        MemLimiter { cap, used: 0, tables: 0, exceeded: false, heap }
+        MemLimiter { cap, used: 0, tables: 0, exceeded: false, heap, cap_always: false }
+    }
+
+    /// A pod's limiter: `cap` always, and its owner's account `heap`.
+    pub fn for_pod(cap: usize, heap: Option<SharedHeap>) -> MemLimiter {
+        let mut l = MemLimiter::new(cap, heap);
+        l.cap_always = true;
+        l
     }
 
     /// Charges `bytes` more of `part`: to the session's reservation when
     /// the account has one, else to this store's own cap (linear memory
     /// only, as before sessions: tables are bounded by their element count).
     fn grow(&mut self, part: Part, bytes: usize) -> bool {
+        let over_cap = part == Part::Memory && self.used.saturating_add(bytes) > self.cap;
+        if self.cap_always && over_cap {
+            if let Some(h) = &self.heap {
+                heap::with(h, |a| a.refuse());
+            }
+            self.exceeded = true;
+            return false;
+        }
         let ok = match &self.heap {
             Some(h) => heap::with(h, |a| {
                 if a.reserved() {

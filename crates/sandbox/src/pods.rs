@@ -58,6 +58,7 @@ use wasmtime::{
 };
 
 use crate::handles::HandleTable;
+use crate::heap::SharedHeap;
 use crate::host::{E_CONTEXT, E_INVAL, E_LIMIT, E_NOTFOUND, MemLimiter};
 
 /// Deepest nesting of pod calls: a module's call runs its pod at depth 1, and
@@ -526,6 +527,9 @@ struct Pod {
     cpu: u64,
     min_fuel: u64,
     memory: usize,
+    /// Its owner's heap account (RCANE §IV-E): its store's memories and
+    /// tables are charged there, within the owner's session reservation.
+    heap: Option<SharedHeap>,
     /// Bumped on every restore: bindings to an older instance are gone.
     epoch: u64,
     /// `None` while a call runs in it. Boxed: it moves out of the hub and
@@ -619,6 +623,12 @@ impl PodHub {
     /// `code` is untrusted: compiling is bounded by the loader's size limit,
     /// the start function by `cpu` and `memory`.
     pub fn load(&mut self, spec: &PodLoad<'_>) -> Result<PodId, PodError> {
+        self.load_charged(spec, None)
+    }
+
+    /// [`PodHub::load`], the pod's memories and tables charged to `heap`
+    /// (its owner's account: the sandbox's loader).
+    pub(crate) fn load_charged(&mut self, spec: &PodLoad<'_>, heap: Option<SharedHeap>) -> Result<PodId, PodError> {
         if !valid_name(spec.name) {
             return Err(PodError::BadName(spec.name.into()));
         }
@@ -646,7 +656,8 @@ impl PodHub {
         }
         let pre = self.linker.instantiate_pre(&module).map_err(|e| PodError::Instantiate(format!("{e:#}")))?;
         let id = PodId(self.next);
-        let live = self.instantiate(id, spec.principal, &pre, &entries, spec.cpu, spec.memory, spec.on_fault)?;
+        let live =
+            self.instantiate(id, spec.principal, &pre, &entries, (spec.cpu, spec.memory, heap.clone()), spec.on_fault)?;
         self.next = self.next.wrapping_add(1).max(1);
         let buf_len = live.buf.1;
         self.names.insert(spec.name.into(), id);
@@ -662,6 +673,7 @@ impl PodHub {
                 cpu: spec.cpu,
                 min_fuel: spec.min_fuel,
                 memory: spec.memory,
+                heap,
                 epoch: 0,
                 live: Some(live),
                 buf_len,
@@ -678,8 +690,7 @@ impl PodHub {
         principal: PrincipalId,
         pre: &InstancePre<PodState>,
         entries: &[String],
-        cpu: u64,
-        memory: usize,
+        (cpu, memory, heap): (u64, usize, Option<SharedHeap>),
         on_fault: OnFault,
     ) -> Result<Box<Live>, PodError> {
         let data = PodState {
@@ -687,7 +698,7 @@ impl PodHub {
             pod: id,
             principal,
             depth: 0,
-            limiter: MemLimiter::new(memory, None),
+            limiter: MemLimiter::for_pod(memory, heap),
             memory: None,
         };
         let mut store = Store::new(&self.engine, data);
@@ -958,9 +969,14 @@ impl PodHub {
                 let Some(pod) = self.pods.get_mut(&begun.pod) else { return };
                 pod.epoch += 1;
                 pod.counters.resets += 1;
-                let (pre, entries, cpu, mem, on_fault, principal) =
-                    (pod.pre.clone(), pod.entries.clone(), pod.cpu, pod.memory, pod.on_fault, pod.principal);
-                match self.instantiate(begun.pod, principal, &pre, &entries, cpu, mem, on_fault) {
+                let (pre, entries, limits, on_fault, principal) = (
+                    pod.pre.clone(),
+                    pod.entries.clone(),
+                    (pod.cpu, pod.memory, pod.heap.clone()),
+                    pod.on_fault,
+                    pod.principal,
+                );
+                match self.instantiate(begun.pod, principal, &pre, &entries, limits, on_fault) {
                     Ok(l) => {
                         if let Some(p) = self.pods.get_mut(&begun.pod) {
                             p.live = Some(l);

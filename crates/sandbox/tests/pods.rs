@@ -967,3 +967,72 @@ fn a_pod_is_unloaded_when_its_credential_expires() {
     sb.handle_timeout(now(60_000), &mut out);
     assert_eq!(sb.counters().credential_unloads, 1);
 }
+
+/// A pod that grows its memory: `grow` returns `memory.grow 1`'s result
+/// (the previous page count, or -1) as 4 bytes LE.
+fn grower_pod() -> Vec<u8> {
+    wat(r#"(module
+        (memory (export "memory") 1)
+        (func (export "pod_buffer") (result i32) (i32.const 0))
+        (func (export "pod_buffer_len") (result i32) (i32.const 64))
+        (func (export "pod_bind") (param i32) (result i32) (i32.const 1))
+        (func (export "offer.grow") (param i32 i32) (result i32)
+          (i32.store (i32.const 0) (memory.grow (i32.const 1)))
+          (i32.const 4)))"#)
+}
+
+/// A pod is one of its owner's module instances (RCANE §IV-E, issue 15):
+/// its memory is charged to its owner's heap account and stops at the
+/// owner's session reservation, with a counted refusal, as a module's
+/// does; its clients' accounts are not charged, unloading it gives the
+/// memory back, and a pod that does not fit is refused at load.
+#[test]
+fn a_pods_memory_is_charged_to_its_owners_session_heap() {
+    const PAGE: usize = 64 << 10;
+    let mut sb = sandbox();
+    sb.set_session_heap(user(), Some(3 * PAGE));
+    let pod = load_pod(&mut sb, &grower_pod(), "grower", None);
+    assert_eq!(sb.heap(&user()).unwrap().memory, PAGE, "its first page, charged to its owner");
+    let c = load_client(&mut sb, second(), None);
+    let client_before = sb.heap(&second()).unwrap();
+    let b = bind_full(&mut sb, c, "grower.grow");
+    let grown: Vec<i32> = (0..3).map(|_| le(&call(&mut sb, c, b, b"").1, 0)).collect();
+    assert_eq!(grown, [1, 2, -1], "the third page fits the 3-page reservation, the fourth does not");
+    let owner = sb.heap(&user()).unwrap();
+    assert_eq!((owner.memory, owner.refusals), (3 * PAGE, 1));
+    assert_eq!(sb.heap(&second()).unwrap().memory, client_before.memory, "the client pays no pod memory");
+    // A larger reservation lets it grow again.
+    sb.set_session_heap(user(), Some(4 * PAGE));
+    assert_eq!(le(&call(&mut sb, c, b, b"").1, 0), 3);
+    assert!(sb.unload_pod(pod));
+    assert_eq!(sb.heap(&user()).unwrap().memory, 0, "unloading the pod gives its memory back");
+    // No room for a pod's first page: refused at load, nothing kept.
+    let m = load_client(&mut sb, user(), None);
+    sb.set_session_heap(user(), Some(PAGE));
+    let cred = admin(user()).to_bytes().to_vec();
+    let r = sb.load_pod(now(0), &pod_spec(&grower_pod(), &cred, "grower2", None));
+    assert!(matches!(r, Err(PodError::Instantiate(_))), "{r:?}");
+    assert!(sb.pods().is_empty());
+    assert_eq!(sb.heap(&user()).unwrap().memory, PAGE, "only the owner's own module's page");
+    sb.unload(m);
+}
+
+/// A pod's own memory cap (its credential's `memory`) still binds while
+/// its owner's session reservation would allow more.
+#[test]
+fn a_pods_own_memory_cap_binds_under_a_larger_session_heap() {
+    const PAGE: usize = 64 << 10;
+    let mut sb = sandbox();
+    sb.set_session_heap(user(), Some(64 * PAGE));
+    let cred = admin(user()).to_bytes().to_vec();
+    let mut spec = pod_spec(&[], &cred, "grower", None);
+    let code = grower_pod();
+    spec.code = &code;
+    spec.limits.memory = Some(2 * PAGE as u64);
+    sb.load_pod(now(0), &spec).unwrap();
+    let c = load_client(&mut sb, second(), None);
+    let b = bind_full(&mut sb, c, "grower.grow");
+    let grown: Vec<i32> = (0..2).map(|_| le(&call(&mut sb, c, b, b"").1, 0)).collect();
+    assert_eq!(grown, [1, -1], "2 pages is the pod's own cap");
+    assert_eq!(sb.heap(&user()).unwrap().memory, 2 * PAGE);
+}

@@ -97,19 +97,31 @@ impl Sandbox {
         self.linkers.get(&granted).ok_or_else(|| LoadError::Instantiate("no linker".into()))
     }
 
-    pub(super) fn tenant(&mut self, principal: PrincipalId, grant: &Grant) -> &mut Tenant {
+    /// `principal`'s heap account, made (with nothing charged and no
+    /// store) if it has none yet: a pod's owner may load no module.
+    pub(super) fn heap_account(&mut self, principal: PrincipalId) -> SharedHeap {
+        self.tenant_entry(principal).heap.clone()
+    }
+
+    /// `principal`'s tenant, made bare if it has none: no store, nothing
+    /// charged, caps of 0 until a grant raises them ([`Sandbox::tenant`]).
+    fn tenant_entry(&mut self, principal: PrincipalId) -> &mut Tenant {
         let entries = self.cfg.state_entries;
         let session_heap = self.session_heaps.get(&principal).copied();
         let signal = self.heap_signal.clone();
-        let t = self.tenants.entry(principal).or_insert_with(|| Tenant {
+        self.tenants.entry(principal).or_insert_with(|| Tenant {
             modules: None,
             capsules: None,
             capsule_insts: HashMap::new(),
-            state: Arc::new(Mutex::new(SoftState::new(grant.limits.state as usize, entries))),
-            mem_cap: grant.limits.memory as usize,
+            state: Arc::new(Mutex::new(SoftState::new(0, entries))),
+            mem_cap: 0,
             session_heap,
             heap: HeapAccount::shared(signal, session_heap),
-        });
+        })
+    }
+
+    pub(super) fn tenant(&mut self, principal: PrincipalId, grant: &Grant) -> &mut Tenant {
+        let t = self.tenant_entry(principal);
         // The principal's caps follow its most generous live grant (unless
         // its session's heap reservation caps it).
         let mem = grant.limits.memory as usize;

@@ -66,7 +66,15 @@ impl Sandbox {
             on_fault: spec.on_fault,
             min_fuel: spec.min_fuel,
         };
-        let id = self.pods.lock().map_err(|_| PodError::Instantiate("pod hub poisoned".into()))?.load(&load)?;
+        // The pod is one of its owner's module instances: its memories and
+        // tables are charged to the owner's heap account, within its
+        // session's reservation (RCANE §IV-E), as well as to its own cap.
+        let heap = self.heap_account(grant.principal);
+        let id = self
+            .pods
+            .lock()
+            .map_err(|_| PodError::Instantiate("pod hub poisoned".into()))?
+            .load_charged(&load, Some(heap))?;
         // A credential with a date is decided again then, as a module's is.
         if let (Some(at), Some(c)) = (recheck_at, spec.credential) {
             let rc = Recheck { credential: c.into(), requester: spec.requester, limits: spec.limits, info: ins.info };
