@@ -4,7 +4,7 @@
 //! authenticated (encrypted) control message; the node decides once, at
 //! load, and answers over the same SA.
 
-use anode_wire::control::{FaultPolicy, LoadReply, LoadRequest, Message, PodLoadRequest};
+use anode_wire::control::{CodeChunk, FaultPolicy, LoadReply, LoadRequest, Message, PodLoadRequest};
 use anyhow::{Context, Result, anyhow, bail};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -140,7 +140,14 @@ pub fn run(c: ModuleCmd) -> Result<ExitCode> {
     };
     let code = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
     let cred = std::fs::read(&credential).with_context(|| format!("reading {}", credential.display()))?;
+    // Code too large for one request goes ahead of it in chunks, and the
+    // request carries none (docs/node.md "Control messages").
     let mut body = Vec::new();
+    let fits = Message::Load(LoadRequest { name: name.as_deref(), credential: &cred, code: &code }).buffer_len()
+        + pod.as_ref().map_or(0, |(n, _, _, keys)| n.len() + 10 + keys.len())
+        <= crate::sa_client::MAX_BODY;
+    let chunks: Vec<Vec<u8>> = if fits { Vec::new() } else { code_chunks(&code)? };
+    let inline: &[u8] = if fits { &code } else { &[] };
     let request = match &pod {
         Some((name, on_fault, min_fuel, keys)) => Message::PodLoad(PodLoadRequest {
             name,
@@ -148,13 +155,27 @@ pub fn run(c: ModuleCmd) -> Result<ExitCode> {
             clients: (!keys.is_empty()).then_some(keys.as_slice()),
             min_fuel: *min_fuel,
             credential: &cred,
-            code: &code,
+            code: inline,
         }),
-        None => Message::Load(LoadRequest { name: name.as_deref(), credential: &cred, code: &code }),
+        None => Message::Load(LoadRequest { name: name.as_deref(), credential: &cred, code: inline }),
     };
     request.emit(&mut body).map_err(|e| anyhow!("load request: {e}"))?;
     let node = target.node;
-    let answer = crate::sa_client::request(&target, &body, &format!("{} bytes of module", code.len()))?;
+    let mut bodies: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
+    bodies.push(&body);
+    let what = format!("{} bytes of module in {} request(s)", code.len(), bodies.len());
+    // Each chunk is answered with the bytes staged so far; the first that
+    // is not ends the sequence.
+    let staged = |a: &[u8]| matches!(Message::parse(a), Ok(Message::LoadReply(LoadReply::Staged(_))));
+    let mut answers = crate::sa_client::request_sequence(&target, &bodies, &staged, &what)?;
+    if answers.len() <= chunks.len() {
+        let last = answers.last().map_or(&[][..], Vec::as_slice);
+        match Message::parse(last) {
+            Ok(Message::LoadReply(r)) if !staged(last) => bail!("{node}: staging the code: {r}"),
+            _ => bail!("{node} answered {} of the {} code chunks", answers.len(), chunks.len()),
+        }
+    }
+    let answer = answers.pop().unwrap_or_default();
     let reply = match Message::parse(&answer) {
         Ok(Message::LoadReply(r)) => r,
         Ok(other) => bail!("{node} answered with {other:?}, not a load reply"),
@@ -166,4 +187,20 @@ pub fn run(c: ModuleCmd) -> Result<ExitCode> {
     }
     let ok = matches!(reply, LoadReply::Loaded(_) | LoadReply::AlreadyLoaded(_));
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// The code chunks of a module too large for one request: each one
+/// control request (`anode_wire::control` "code chunk"), in order.
+fn code_chunks(code: &[u8]) -> Result<Vec<Vec<u8>>> {
+    /// Code bytes per chunk: a chunk request well inside one datagram.
+    const CHUNK: usize = 60_000;
+    let total = u32::try_from(code.len()).map_err(|_| anyhow!("a module of {} bytes is too large", code.len()))?;
+    let mut out = Vec::new();
+    for (i, data) in code.chunks(CHUNK).enumerate() {
+        let offset = u32::try_from(i * CHUNK)?;
+        let mut b = Vec::new();
+        Message::CodeChunk(CodeChunk { total, offset, data }).emit(&mut b).map_err(|e| anyhow!("code chunk: {e}"))?;
+        out.push(b);
+    }
+    Ok(out)
 }

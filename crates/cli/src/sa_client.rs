@@ -43,21 +43,37 @@ pub fn request(t: &Target, body: &[u8], what: &str) -> Result<Vec<u8>> {
     r.pop().ok_or_else(|| anyhow!("no answer from {}", t.node))
 }
 
+/// The longest control message one request carries (a UDP datagram less
+/// the ANEP headers, AH and tag around it).
+pub const MAX_BODY: usize = MAX_DATAGRAM - (anep::HEADER_LEN + OVERHEAD + anep::HEADER_LEN);
+
 /// Sends `body` `count` times over one SA (a burst, for tests of the node's
 /// rate limits) and returns the answers that came back before the timeout.
 pub fn requests(t: &Target, body: &[u8], count: usize, what: &str) -> Result<Vec<Vec<u8>>> {
+    exchange(t, &vec![body; count], None, what)
+}
+
+/// Sends `bodies` over one SA, each after the answer to the one before (a
+/// module staged in chunks, then its load), and returns the answers; it
+/// stops early at an answer `go_on` refuses. The timeout runs from the
+/// last answer.
+pub fn request_sequence(t: &Target, bodies: &[&[u8]], go_on: GoOn<'_>, what: &str) -> Result<Vec<Vec<u8>>> {
+    exchange(t, bodies, Some(go_on), what)
+}
+
+/// Whether a sequence goes on after this answer.
+type GoOn<'a> = &'a dyn Fn(&[u8]) -> bool;
+
+/// [`requests`] (`go_on` `None`: all at once) and [`request_sequence`].
+fn exchange(t: &Target, bodies: &[&[u8]], go_on: Option<GoOn<'_>>, what: &str) -> Result<Vec<Vec<u8>>> {
     let node = t.node;
-    // A request is one sealed datagram: ANEP header, AH and tag around the
-    // inner control datagram.
-    let sealed = anep::HEADER_LEN + OVERHEAD + anep::HEADER_LEN + body.len();
-    if sealed > MAX_DATAGRAM {
+    if let Some(body) = bodies.iter().find(|b| b.len() > MAX_BODY) {
         bail!(
-            "the request ({what}) is {} bytes; one control request carries at most {} (a UDP datagram): \
-             load a module this large from the node's config ([[modules.load]], docs/node.md) instead",
-            body.len(),
-            MAX_DATAGRAM - (anep::HEADER_LEN + OVERHEAD + anep::HEADER_LEN)
+            "the request ({what}) is {} bytes; one control request carries at most {MAX_BODY} (a UDP datagram)",
+            body.len()
         );
     }
+    let count = bodies.len();
     let mut answers = Vec::new();
     let me = Identity::load(&t.key)?;
     let expect = match &t.node_key {
@@ -76,9 +92,10 @@ pub fn requests(t: &Target, body: &[u8], count: usize, what: &str) -> Result<Vec
         // Room for a burst of answers (each costs ~1 KiB of buffer).
         let _ = nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::RcvBuf, &(count.min(10_000) * 2048));
     }
-    let deadline = t0 + Duration::from_secs_f64(t.timeout.max(0.1));
+    let wait = Duration::from_secs_f64(t.timeout.max(0.1));
+    let mut deadline = t0 + wait;
     let mut buf = vec![0u8; 65_536];
-    let mut sent_request = false;
+    let mut sent = 0;
     let mut last_error = None;
     while Instant::now() < deadline {
         let mut out = Vec::new();
@@ -101,9 +118,10 @@ pub fn requests(t: &Target, body: &[u8], count: usize, what: &str) -> Result<Vec
                         && ia.type_id() == anep::TYPE_CONTROL
                     {
                         answers.push(ia.payload().to_vec());
-                        if answers.len() >= count {
+                        if answers.len() >= count || go_on.is_some_and(|f| !f(ia.payload())) {
                             return Ok(answers);
                         }
+                        deadline = Instant::now() + wait;
                     }
                 }
                 _ => {}
@@ -114,9 +132,11 @@ pub fn requests(t: &Target, body: &[u8], count: usize, what: &str) -> Result<Vec
                 sock.send_to(&anep::frame(anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_HANDSHAKE, &msg), to)?;
             }
         }
-        if links.is_up(peer) && !sent_request {
-            let inner = anep::frame(anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_CONTROL, body);
-            for _ in 0..count {
+        // All at once (a burst), or the next when the one before is answered.
+        let due = if go_on.is_none() { count } else { (answers.len() + 1).min(count) };
+        if links.is_up(peer) && sent < due {
+            for body in &bodies[sent..due] {
+                let inner = anep::frame(anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_CONTROL, body);
                 let mut d = vec![0u8; anep::HEADER_LEN + OVERHEAD + inner.len()];
                 d[anep::HEADER_LEN + AH_LEN..anep::HEADER_LEN + AH_LEN + inner.len()].copy_from_slice(&inner);
                 anep::write_header(&mut d, anep::FLAG_DISCARD_UNKNOWN, anep::TYPE_ESP, AH_LEN + inner.len() + 16);
@@ -124,13 +144,15 @@ pub fn requests(t: &Target, body: &[u8], count: usize, what: &str) -> Result<Vec
                     links.seal(peer, &mut d, anep::HEADER_LEN, inner.len(), now_ms(t0)).map_err(|e| anyhow!("{e}"))?;
                 sock.send_to(&d[..len], node)?;
             }
-            sent_request = true;
-            if let Some(k) = links.key_of(peer) {
+            if sent == 0
+                && let Some(k) = links.key_of(peer)
+            {
                 eprintln!("SA up with {node} (node {}); {what} sent", k.fingerprint());
             }
+            sent = due;
         }
     }
-    if sent_request {
+    if sent > 0 {
         if !answers.is_empty() {
             return Ok(answers);
         }

@@ -51,6 +51,7 @@ drops! {
     HandshakeBadCookie "handshake_bad_cookie" "An XX first message whose anti-reflection cookie was wrong or stale.";
     PoolFull        "pool_full"         "A module job (alarm, channel packet) refused because its session's event pool was full.";
     CapsuleRefused  "capsule_refused"   "A capsule (or code request/reply) the sandbox refused: see `modules.capsule_refused` for the reason.";
+    StagingRefused  "staging_refused"   "A code chunk (a module too large for one control datagram, staged ahead of its load) or a load of staged code refused: out of order, too large, no room, missing or incomplete; the reason goes back to the sender.";
     TxLimit         "tx_limit"          "A packet a module asked to send, over its principal's transmit limit (best-effort allowance plus its session's tx reservation).";
     TxQueueFull     "tx_queue_full"     "A packet for a paced link (`rate_bps`) dropped because its sender's queue on that link was full.";
     TxNoClient      "tx_no_client"      "A packet for a paced link dropped because the link's scheduler holds as many senders as it may.";

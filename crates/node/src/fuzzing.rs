@@ -355,3 +355,49 @@ pub fn control(data: &[u8]) {
         assert_eq!(v.len(), m.buffer_len());
     }
 }
+
+/// Arbitrary bytes as a sequence of code chunks and staged loads from eight
+/// principals (the staging of modules too large for one control datagram):
+/// 6 bytes per step, `[op, who, total (2), offset (2)]`; bit 0 of `op`
+/// takes `who`'s staged code instead of adding a chunk of `op >> 2` bytes
+/// (at least 1), bits 1-2 of `op` advance the clock by 0, 10, 20 or 40 s.
+/// The bounds hold after every step, and staged code comes out whole: as
+/// long as the total of its first chunk.
+pub fn staging(data: &[u8]) {
+    use crate::core::staging::{MAX_STAGED_BYTES, MAX_STAGINGS, Staging};
+    use anode_sandbox::PrincipalId;
+    use anode_wire::control::CodeChunk;
+    let mut s = Staging::default();
+    let mut totals = std::collections::HashMap::new();
+    let mut now = 0u64;
+    let bytes = [0x5au8; 64];
+    for step in data.chunks_exact(6) {
+        let (op, who) = (step[0], PrincipalId([step[1] & 7; 32]));
+        let total = u32::from(u16::from_be_bytes([step[2], step[3]]));
+        let offset = u32::from(u16::from_be_bytes([step[4], step[5]]));
+        now += [0, 10_000, 20_000, 40_000][usize::from((op >> 1) & 3)];
+        if op & 1 == 1 {
+            if let Ok(code) = s.take(who, now) {
+                assert_eq!(Some(&code.len()), totals.get(&who), "staged code comes out whole");
+            }
+            totals.remove(&who);
+        } else {
+            let data = &bytes[..usize::from(op >> 2).clamp(1, 63)];
+            let c = CodeChunk { total, offset, data };
+            match s.chunk(who, &c, 40_000, now) {
+                Ok(n) => {
+                    if offset == 0 {
+                        totals.insert(who, total as usize);
+                    }
+                    assert!(n as usize <= total as usize, "never more than declared");
+                }
+                Err(_) if offset == 0 => {
+                    totals.remove(&who);
+                }
+                Err(_) => {}
+            }
+        }
+        let (n, declared) = s.usage();
+        assert!(n <= MAX_STAGINGS && declared <= MAX_STAGED_BYTES, "bounded: {n} stagings, {declared} bytes");
+    }
+}

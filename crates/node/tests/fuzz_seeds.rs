@@ -282,3 +282,30 @@ fn node_control_over_session_seeds_and_mutations() {
     }
     assert!(n > 100, "the seeds were found and mutated ({n})");
 }
+
+/// The staging of code chunks (`fuzzing::staging`) over its seeds, every
+/// prefix and every one-bit change of them, and random sequences.
+#[test]
+fn node_staging_seeds_and_mutations() {
+    let dir = root().join("fuzz/seeds/node_staging");
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).expect("seeds") {
+        let seed = std::fs::read(e.expect("entry").path()).expect("seed");
+        fuzzing::staging(&seed);
+        for i in 0..seed.len() {
+            fuzzing::staging(&seed[..i]);
+            for bit in 0..8 {
+                let mut m = seed.clone();
+                m[i] ^= 1 << bit;
+                fuzzing::staging(&m);
+                n += 1;
+            }
+        }
+    }
+    let mut rng = Rng(0x5eed_57a9);
+    for _ in 0..2_000 {
+        let m: Vec<u8> = (0..6 * (1 + rng.below(40))).map(|_| rng.next() as u8).collect();
+        fuzzing::staging(&m);
+    }
+    assert!(n > 100, "the seeds were found and mutated ({n})");
+}

@@ -8,10 +8,21 @@
 //! pod load       0x02 | name_len (1) | name (1..) | on_fault (1: 0 reset, 1 retire, 2 rollback)
 //!                     | min_fuel (8) | n_clients (1: 0 anyone, 1..=64) | clients (32 each)
 //!                     | cred_len (4) | credential | code
+//! code chunk     0x03 | total (4) | offset (4) | data (1..)
 //! load reply     0x81 | 0x00 loaded         | module id (4)
 //!                     | 0x01 already loaded | module id (4)
 //!                     | 0x02 refused        | refusal kind (1) | reason (UTF-8)
+//!                     | 0x03 staged         | bytes received (4)
 //! ```
+//!
+//! **Code larger than one datagram** (a UDP datagram carries 64 KiB; modules
+//! may be larger) goes ahead of its load in chunks: the principal sends
+//! `code chunk`s of the code in order, from offset 0 (a chunk at offset 0
+//! starts over), each answered `staged` with the bytes received so far, then
+//! a load (or pod load) request whose code is **empty**, which loads the
+//! staged code once it is complete and ends the staging either way. The node
+//! keeps one staging per principal, bounded by its module size limit, in
+//! total, and in time (docs/modules.md "Modules larger than one datagram").
 //!
 //! Integers are big-endian. A message must be exactly as long as its
 //! fields; trailing bytes are refused (the code of a load request runs to
@@ -24,6 +35,8 @@ pub const OP_LOAD: u8 = 0x01;
 /// Op byte of a pod load request (Expert's pods, docs/pods.md); answered
 /// with a load reply whose id is the pod's (`pN`).
 pub const OP_POD_LOAD: u8 = 0x02;
+/// Op byte of a chunk of code staged ahead of its load request.
+pub const OP_CODE_CHUNK: u8 = 0x03;
 /// Op byte of a load reply.
 pub const OP_LOAD_REPLY: u8 = 0x81;
 /// Longest module name.
@@ -75,6 +88,17 @@ pub struct LoadRequest<'a> {
     pub credential: &'a [u8],
     /// The module's code.
     pub code: &'a [u8],
+}
+
+/// A piece of code staged ahead of its load request (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CodeChunk<'a> {
+    /// The whole code's length, bytes (the same in every chunk).
+    pub total: u32,
+    /// Where `data` starts in the code.
+    pub offset: u32,
+    /// The bytes (at least one).
+    pub data: &'a [u8],
 }
 
 /// What restores a pod that traps or is cut off (docs/pods.md "Faults").
@@ -155,6 +179,8 @@ pub enum LoadReply<'a> {
     AlreadyLoaded(u32),
     /// Refused, with the kind and the human-readable reason.
     Refused(Refusal, &'a str),
+    /// A code chunk was staged: the bytes of the code received so far.
+    Staged(u32),
 }
 
 impl core::fmt::Display for LoadReply<'_> {
@@ -164,6 +190,7 @@ impl core::fmt::Display for LoadReply<'_> {
             LoadReply::Loaded(id) => write!(f, "loaded m{id}"),
             LoadReply::AlreadyLoaded(id) => write!(f, "already loaded m{id}"),
             LoadReply::Refused(_, why) => write!(f, "refused: {why}"),
+            LoadReply::Staged(n) => write!(f, "staged {n} bytes"),
         }
     }
 }
@@ -175,6 +202,8 @@ pub enum Message<'a> {
     Load(LoadRequest<'a>),
     /// User → node: load a pod.
     PodLoad(PodLoadRequest<'a>),
+    /// User → node: a chunk of code for the next load request.
+    CodeChunk(CodeChunk<'a>),
     /// Node → user: the answer.
     LoadReply(LoadReply<'a>),
 }
@@ -257,6 +286,15 @@ impl<'a> Message<'a> {
                 let name = core::str::from_utf8(name).map_err(|_| Error::BadName)?;
                 Ok(Message::PodLoad(PodLoadRequest { name, on_fault, min_fuel, clients, credential, code }))
             }
+            OP_CODE_CHUNK => {
+                let total = r.u32()?;
+                let offset = r.u32()?;
+                let data = r.rest();
+                if data.is_empty() {
+                    return Err(Error::Truncated);
+                }
+                Ok(Message::CodeChunk(CodeChunk { total, offset, data }))
+            }
             OP_LOAD_REPLY => {
                 let reply = match r.u8()? {
                     0 => LoadReply::Loaded(r.u32()?),
@@ -270,6 +308,7 @@ impl<'a> Message<'a> {
                         let text = core::str::from_utf8(rest).map_err(|_| Error::BadText)?;
                         LoadReply::Refused(kind, text)
                     }
+                    3 => LoadReply::Staged(r.u32()?),
                     c => return Err(Error::BadCode(c)),
                 };
                 r.end()?;
@@ -294,7 +333,8 @@ impl<'a> Message<'a> {
                     + l.credential.len()
                     + l.code.len()
             }
-            Message::LoadReply(LoadReply::Loaded(_) | LoadReply::AlreadyLoaded(_)) => 6,
+            Message::CodeChunk(c) => 1 + 4 + 4 + c.data.len(),
+            Message::LoadReply(LoadReply::Loaded(_) | LoadReply::AlreadyLoaded(_) | LoadReply::Staged(_)) => 6,
             Message::LoadReply(LoadReply::Refused(_, why)) => 3 + cut(why, MAX_REASON).len(),
         }
     }
@@ -303,7 +343,8 @@ impl<'a> Message<'a> {
     ///
     /// # Errors
     /// [`Error::TooLong`] for a name over 255 bytes or a credential over
-    /// 4 GiB (nothing is appended then).
+    /// 4 GiB, [`Error::Truncated`] for a chunk without data (nothing is
+    /// appended then).
     pub fn emit(&self, out: &mut Vec<u8>) -> Result<(), Error> {
         match self {
             Message::Load(l) => {
@@ -340,6 +381,15 @@ impl<'a> Message<'a> {
                 out.extend_from_slice(l.credential);
                 out.extend_from_slice(l.code);
             }
+            Message::CodeChunk(c) => {
+                if c.data.is_empty() {
+                    return Err(Error::Truncated);
+                }
+                out.push(OP_CODE_CHUNK);
+                out.extend_from_slice(&c.total.to_be_bytes());
+                out.extend_from_slice(&c.offset.to_be_bytes());
+                out.extend_from_slice(c.data);
+            }
             Message::LoadReply(r) => {
                 out.push(OP_LOAD_REPLY);
                 match r {
@@ -354,6 +404,10 @@ impl<'a> Message<'a> {
                     LoadReply::Refused(kind, why) => {
                         out.extend_from_slice(&[2, *kind as u8]);
                         out.extend_from_slice(cut(why, MAX_REASON).as_bytes());
+                    }
+                    LoadReply::Staged(n) => {
+                        out.push(3);
+                        out.extend_from_slice(&n.to_be_bytes());
                     }
                 }
             }
@@ -377,6 +431,9 @@ mod tests {
     fn messages_round_trip() {
         round_trip(Message::Load(LoadRequest { name: Some("counter"), credential: b"cred", code: b"\0asm" }));
         round_trip(Message::Load(LoadRequest { name: None, credential: b"", code: b"x" }));
+        round_trip(Message::Load(LoadRequest { name: Some("big"), credential: b"cred", code: b"" }));
+        round_trip(Message::CodeChunk(CodeChunk { total: 200_000, offset: 65_536, data: b"\0asm" }));
+        round_trip(Message::LoadReply(LoadReply::Staged(131_072)));
         round_trip(Message::PodLoad(PodLoadRequest {
             name: "aes",
             on_fault: FaultPolicy::Retire,
@@ -412,7 +469,8 @@ mod tests {
     fn rejections() {
         let p = Message::parse;
         assert_eq!(p(&[]), Err(Error::Unknown(0)));
-        assert_eq!(p(&[3]), Err(Error::Unknown(3)));
+        assert_eq!(p(&[4]), Err(Error::Unknown(4)));
+        assert_eq!(p(&[3]), Err(Error::Truncated));
         // Pod loads: no name, a bad fault policy, short fields.
         assert_eq!(p(&[2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]), Err(Error::BadName));
         assert_eq!(p(&[2, 1, b'a', 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]), Err(Error::BadCode(7)));
@@ -451,6 +509,15 @@ mod tests {
         assert_eq!(p(&[1, 0, 0, 0, 0, 9, 1]), Err(Error::Truncated));
         assert_eq!(p(&[1, 1, 0xff, 0, 0, 0, 0]), Err(Error::BadName));
         assert_eq!(p(&[0x81, 0, 0, 0, 0]), Err(Error::Truncated));
+        // A code chunk: its header whole, and at least one byte of data.
+        assert_eq!(p(&[3, 0, 0, 0, 9, 0, 0, 0]), Err(Error::Truncated));
+        assert_eq!(p(&[3, 0, 0, 0, 9, 0, 0, 0, 0]), Err(Error::Truncated));
+        assert!(matches!(
+            p(&[3, 0, 0, 0, 9, 0, 0, 0, 0, 7]),
+            Ok(Message::CodeChunk(CodeChunk { total: 9, offset: 0, .. }))
+        ));
+        assert_eq!(p(&[0x81, 3, 0, 0, 1]), Err(Error::Truncated));
+        assert_eq!(p(&[0x81, 3, 0, 0, 0, 1, 0]), Err(Error::Trailing(1)));
         assert_eq!(p(&[0x81, 0, 0, 0, 0, 1, 9]), Err(Error::Trailing(1)));
         assert_eq!(p(&[0x81, 7]), Err(Error::BadCode(7)));
         assert_eq!(p(&[0x81, 2, 99, b'x']), Err(Error::BadCode(99)));

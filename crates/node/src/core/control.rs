@@ -5,6 +5,7 @@
 
 use super::{Node, Outbox, Owner, Transmit};
 use crate::core::LoadFailure;
+use crate::core::staging::StageError;
 use crate::counters::Drop;
 use anode_sandbox::{LoadError, LoadSpec, PrincipalId};
 use anode_wire::anep;
@@ -59,8 +60,53 @@ impl Node {
             return;
         }
         let text;
-        let reply = match (Message::parse(body), from) {
-            (Err(e), _) => {
+        let msg = Message::parse(body);
+        // A load with no code loads what its principal staged in chunks.
+        let no_code = match &msg {
+            Ok(Message::Load(r)) => r.code.is_empty(),
+            Ok(Message::PodLoad(r)) => r.code.is_empty(),
+            _ => false,
+        };
+        let staged = match from {
+            Some(key) if no_code => Some(self.staging.take(PrincipalId(*key.as_bytes()), now_ms)),
+            _ => None,
+        };
+        let parsed = match (msg, &staged) {
+            (_, Some(Err(e))) => (Err(StagingOr::Staging(*e)), from),
+            (Ok(Message::Load(mut r)), Some(Ok(code))) => {
+                r.code = code;
+                (Ok(Message::Load(r)), from)
+            }
+            (Ok(Message::PodLoad(mut r)), Some(Ok(code))) => {
+                r.code = code;
+                (Ok(Message::PodLoad(r)), from)
+            }
+            (m, _) => (m.map_err(StagingOr::Wire), from),
+        };
+        let reply = match parsed {
+            (Err(StagingOr::Staging(e)), _) => {
+                self.counters.drop(Drop::StagingRefused);
+                text = e.to_string();
+                LoadReply::Refused(Refusal::BadRequest, &text)
+            }
+            (Ok(Message::CodeChunk(_)), None) => LoadReply::Refused(Refusal::UnknownPrincipal, "unknown principal"),
+            (Ok(Message::CodeChunk(c)), Some(key)) => match self.modules.as_ref().map(|m| m.sb.max_module()) {
+                None => LoadReply::Refused(Refusal::NoModules, "this node runs no modules"),
+                Some(max) => match self.staging.chunk(PrincipalId(*key.as_bytes()), &c, max, now_ms) {
+                    Ok(n) => LoadReply::Staged(n),
+                    Err(e) => {
+                        self.counters.drop(Drop::StagingRefused);
+                        text = e.to_string();
+                        let kind = match e {
+                            StageError::Full => Refusal::Limit,
+                            StageError::TooLarge { .. } => Refusal::Module,
+                            _ => Refusal::BadRequest,
+                        };
+                        LoadReply::Refused(kind, &text)
+                    }
+                },
+            },
+            (Err(StagingOr::Wire(e)), _) => {
                 text = e.to_string();
                 LoadReply::Refused(Refusal::BadRequest, &text)
             }
@@ -136,6 +182,14 @@ impl Node {
         let _ = Message::LoadReply(reply).emit(&mut body);
         send_control(out, iface, to, &[&body]);
     }
+}
+
+/// Why a control request did not get as far as its handler.
+enum StagingOr {
+    /// It did not parse.
+    Wire(anode_wire::control::Error),
+    /// A load of staged code with none staged, or not all of it.
+    Staging(StageError),
 }
 
 /// Queues a `CONTROL` datagram made of `parts` for `to` on `iface`: an answer

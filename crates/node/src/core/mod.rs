@@ -26,6 +26,7 @@ mod recovery;
 mod seal;
 pub use seal::{SEAL_HEADROOM, SEAL_OVERHEAD};
 mod sessions;
+pub(crate) mod staging;
 mod tap;
 
 pub use capture::{
@@ -309,6 +310,8 @@ pub struct Node {
     tap: Option<Box<tap::Tap>>,
     /// The operator's capture (`anode capture`), when one runs.
     capture: capture::CaptureSlot,
+    /// Code staged ahead of its load request (`staging`).
+    staging: staging::Staging,
     /// Boot recovery served to peers.
     recovery: recovery::Recovery,
     /// The domain's key distribution service.
@@ -390,6 +393,7 @@ impl Node {
             sched: None,
             tap: None,
             capture: capture::CaptureSlot::default(),
+            staging: staging::Staging::default(),
             recovery: recovery::Recovery::default(),
             kdc: kdc::KdcState::default(),
             domain: None,

@@ -764,6 +764,12 @@ impl Sandbox {
         self.tenants.get(principal).map(|t| crate::heap::with(&t.heap, |a| a.snapshot()))
     }
 
+    /// The largest module binary this sandbox loads, bytes
+    /// ([`SandboxConfig::max_module`]).
+    pub fn max_module(&self) -> usize {
+        self.cfg.max_module
+    }
+
     /// The principals with a session heap set.
     pub fn session_heap_principals(&self) -> Vec<PrincipalId> {
         self.session_heaps.keys().copied().collect()
