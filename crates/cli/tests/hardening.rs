@@ -313,6 +313,22 @@ fn xx_handshake_does_not_amplify() {
     assert!(!got.windows(32).any(|w| w == k), "the reply names the node");
 }
 
+/// `anode module load FILE --credential CRED` as the user of key `ukey`,
+/// over its SA with node b of the testbed in `s`.
+fn load_at_b(s: &Scratch, file: &Path, cred: &Path, ukey: &Path) -> std::process::Output {
+    Command::new(ANODE)
+        .args(["module", "load"])
+        .arg(file)
+        .arg("--credential")
+        .arg(cred)
+        .args(["--node", &first_listen(&s.tb().join("b")), "--node-key"])
+        .arg(s.tb().join("keys").join("b.pub"))
+        .arg("--key")
+        .arg(ukey)
+        .output()
+        .unwrap()
+}
+
 /// Item 9: A module stops when its credential expires: unloaded, logged.
 #[test]
 fn modules_do_not_outlive_their_credentials() {
@@ -328,17 +344,7 @@ fn modules_do_not_outlive_their_credentials() {
     std::fs::write(&cred, issue_credential(&admin, *user.public().as_bytes(), &counter, &ifaces, Some(expires)))
         .unwrap();
     let b = s.tb().join("b");
-    let o = Command::new(ANODE)
-        .args(["module", "load"])
-        .arg(modules_dir().join("counter.wasm"))
-        .arg("--credential")
-        .arg(&cred)
-        .args(["--node", &first_listen(&b), "--node-key"])
-        .arg(s.tb().join("keys").join("b.pub"))
-        .arg("--key")
-        .arg(&ukey)
-        .output()
-        .unwrap();
+    let o = load_at_b(&s, &modules_dir().join("counter.wasm"), &cred, &ukey);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(status(&b)["modules"]["modules"].as_array().map(Vec::len), Some(1));
     let gone = eventually(8.0, || status(&b)["modules"]["modules"].as_array().map(Vec::len) == Some(0));
@@ -477,17 +483,7 @@ fn a_module_larger_than_one_datagram_is_loaded_in_chunks_and_one_over_the_limit_
         std::fs::write(&file, &code).unwrap();
         let cred = s.0.join(format!("big-{size}.cred"));
         std::fs::write(&cred, issue_credential(&admin, *user.public().as_bytes(), &code, &ifaces, None)).unwrap();
-        Command::new(ANODE)
-            .args(["module", "load"])
-            .arg(&file)
-            .arg("--credential")
-            .arg(&cred)
-            .args(["--node", &first_listen(&b), "--node-key"])
-            .arg(s.tb().join("keys").join("b.pub"))
-            .arg("--key")
-            .arg(&ukey)
-            .output()
-            .unwrap()
+        load_at_b(&s, &file, &cred, &ukey)
     };
     let o = load(150_000);
     let t = text(&o);

@@ -263,23 +263,29 @@ fn committed_seeds_replay() {
 /// `sched_control`: they are session requests) and every bit flip and
 /// truncation of them: a node with RCANE on answers each with a well-formed
 /// reply.
-#[test]
-fn node_control_over_session_seeds_and_mutations() {
-    let dir = root().join("fuzz/seeds/sched_control");
+/// Runs `f` over the seeds in `fuzz/seeds/{dir}`, every prefix of each and
+/// every one-bit change; the number of changes run.
+fn seeds_prefixes_and_bit_flips(dir: &str, f: fn(&[u8])) -> usize {
     let mut n = 0;
-    for e in std::fs::read_dir(&dir).expect("seeds") {
+    for e in std::fs::read_dir(root().join("fuzz/seeds").join(dir)).expect("seeds") {
         let seed = std::fs::read(e.expect("entry").path()).expect("seed");
-        fuzzing::control(&seed);
+        f(&seed);
         for i in 0..seed.len() {
-            fuzzing::control(&seed[..i]);
+            f(&seed[..i]);
             for bit in 0..8 {
                 let mut m = seed.clone();
                 m[i] ^= 1 << bit;
-                fuzzing::control(&m);
+                f(&m);
                 n += 1;
             }
         }
     }
+    n
+}
+
+#[test]
+fn node_control_over_session_seeds_and_mutations() {
+    let n = seeds_prefixes_and_bit_flips("sched_control", fuzzing::control);
     assert!(n > 100, "the seeds were found and mutated ({n})");
 }
 
@@ -287,21 +293,7 @@ fn node_control_over_session_seeds_and_mutations() {
 /// prefix and every one-bit change of them, and random sequences.
 #[test]
 fn node_staging_seeds_and_mutations() {
-    let dir = root().join("fuzz/seeds/node_staging");
-    let mut n = 0;
-    for e in std::fs::read_dir(&dir).expect("seeds") {
-        let seed = std::fs::read(e.expect("entry").path()).expect("seed");
-        fuzzing::staging(&seed);
-        for i in 0..seed.len() {
-            fuzzing::staging(&seed[..i]);
-            for bit in 0..8 {
-                let mut m = seed.clone();
-                m[i] ^= 1 << bit;
-                fuzzing::staging(&m);
-                n += 1;
-            }
-        }
-    }
+    let n = seeds_prefixes_and_bit_flips("node_staging", fuzzing::staging);
     let mut rng = Rng(0x5eed_57a9);
     for _ in 0..2_000 {
         let m: Vec<u8> = (0..6 * (1 + rng.below(40))).map(|_| rng.next() as u8).collect();
