@@ -469,16 +469,8 @@ fn a_module_larger_than_one_datagram_is_loaded_in_chunks_and_one_over_the_limit_
     let b = s.tb().join("b");
     let ifaces = [Interface::State, Interface::Log, Interface::Net, Interface::Marshal];
     let load = |size: usize| {
-        // counter.wasm padded to `size` bytes by a custom section (ignored
-        // by wasm; its size LEB128-encoded in 5 bytes, its name "pad").
         let mut code = module("counter");
-        let payload = size - code.len() - 1 - 5;
-        let v = payload as u32;
-        code.push(0);
-        code.extend([0, 7, 14, 21].map(|sh| ((v >> sh) & 0x7f) as u8 | 0x80));
-        code.push((v >> 28) as u8 & 0x0f);
-        code.extend([3, b'p', b'a', b'd']);
-        code.resize(size, 0xab);
+        common::pad_wasm(&mut code, size);
         let file = s.0.join(format!("big-{size}.wasm"));
         std::fs::write(&file, &code).unwrap();
         let cred = s.0.join(format!("big-{size}.cred"));

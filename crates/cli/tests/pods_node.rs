@@ -81,10 +81,10 @@ fn a_user_loads_a_pod_over_an_authenticated_control_message() {
     };
     let b = s.tb().join("b");
     let listen = common::first_listen(&b);
-    let load_as = |cred: &Path, pod: &[&str]| {
+    let load_file = |file: &Path, cred: &Path, pod: &[&str]| {
         Command::new(ANODE)
             .args(["module", "load"])
-            .arg(pod_file())
+            .arg(file)
             .arg("--credential")
             .arg(cred)
             .args(pod)
@@ -95,6 +95,7 @@ fn a_user_loads_a_pod_over_an_authenticated_control_message() {
             .output()
             .unwrap()
     };
+    let load_as = |cred: &Path, pod: &[&str]| load_file(&pod_file(), cred, pod);
     let load = |cred: &Path| load_as(cred, &["--pod", "vault", "--retire"]);
     let o = load(&cred("pod.cred", &[Interface::Pod]));
     assert!(o.status.success() && text(&o).contains("loaded pod p"), "{}", text(&o));
@@ -134,4 +135,19 @@ fn a_user_loads_a_pod_over_an_authenticated_control_message() {
     // A key that is not one: refused before anything is sent.
     let o = load_as(&cred("pod5.cred", &[Interface::Pod]), &["--pod", "vault4", "--client", "/nonexistent.pub"]);
     assert!(!o.status.success() && text(&o).contains("--client"), "{}", text(&o));
+    // A pod larger than one control datagram: its code staged in chunks
+    // ahead of the pod load, which carries none (docs/modules.md).
+    let mut big = code.clone();
+    common::pad_wasm(&mut big, 100_000);
+    let (big_file, big_cred) = (s.0.join("big-pod.wasm"), s.0.join("big-pod.cred"));
+    std::fs::write(&big_file, &big).unwrap();
+    let admin = s.tb().join("keys").join("admin.key");
+    std::fs::write(&big_cred, issue_credential(&admin, *user.public().as_bytes(), &big, &[Interface::Pod], None))
+        .unwrap();
+    let o = load_file(&big_file, &big_cred, &["--pod", "vault5"]);
+    assert!(
+        o.status.success() && text(&o).contains("loaded pod p") && text(&o).contains("in 3 request(s)"),
+        "{}",
+        text(&o)
+    );
 }

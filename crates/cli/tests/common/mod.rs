@@ -442,3 +442,15 @@ pub fn node_refuses_to_start(dir: &Path, tail: &str) -> Output {
     assert!(exited && !o.status.success(), "{}", text(&o));
     o
 }
+
+/// Pads the wasm module `code` to `size` bytes with a custom section (which
+/// wasm ignores) named "pad", its size LEB128-encoded in 5 bytes: a module
+/// larger than one control datagram that loads as the original does.
+pub fn pad_wasm(code: &mut Vec<u8>, size: usize) {
+    let payload = u32::try_from(size - code.len() - 1 - 5).expect("a u32 section size");
+    code.push(0);
+    code.extend([0, 7, 14, 21].map(|sh| ((payload >> sh) & 0x7f) as u8 | 0x80));
+    code.push((payload >> 28) as u8 & 0x0f);
+    code.extend([3, b'p', b'a', b'd']);
+    code.resize(size, 0xab);
+}
