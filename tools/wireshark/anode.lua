@@ -134,11 +134,11 @@ local TYPES = {
 }
 local TAGS = { [0] = "int", [1] = "bool", [2] = "unit", [3] = "addr", [4] = "float", [5] = "blob", [6] = "tuple", [7] = "str" }
 local CONTROL_OPS = {
-    [0x01] = "module load", [0x02] = "pod load", [0x81] = "load reply",
+    [0x01] = "module load", [0x02] = "pod load", [0x03] = "code chunk", [0x81] = "load reply",
     [0x21] = "boot recovery", [0x22] = "ticket (KDC)",
 }
 local CAPSULE_KINDS = { [1] = "capsule", [2] = "code request", [3] = "code reply" }
-local REPLY_STATUS = { [0] = "loaded", [1] = "already loaded", [2] = "refused" }
+local REPLY_STATUS = { [0] = "loaded", [1] = "already loaded", [2] = "refused", [3] = "staged" }
 local REFUSALS = { [1] = "bad request", [2] = "no modules", [3] = "unknown principal", [4] = "denied", [5] = "module", [6] = "limit" }
 local MNEMONICS = {}
 for code, op in pairs(OPS) do MNEMONICS[code] = op[1] end
@@ -201,6 +201,9 @@ f.ctl_module = ProtoField.uint32("anode.control.module", "Module id")
 f.ctl_refusal = ProtoField.uint8("anode.control.refusal", "Refusal", base.DEC, REFUSALS)
 f.ctl_reason = ProtoField.string("anode.control.reason", "Reason")
 f.ctl_body = ProtoField.bytes("anode.control.body", "Body")
+f.ctl_total = ProtoField.uint32("anode.control.total", "Code length")
+f.ctl_offset = ProtoField.uint32("anode.control.offset", "Offset")
+f.ctl_staged = ProtoField.uint32("anode.control.staged", "Bytes staged")
 -- security framing
 f.spi = ProtoField.uint32("anode.sec.spi", "SPI", base.HEX)
 f.counter = ProtoField.uint64("anode.sec.counter", "Counter")
@@ -454,6 +457,15 @@ local function dissect_control(tvb, pinfo, tree)
             end
         end
         t:add_proto_expert_info(e_malformed, "truncated load request")
+    elseif op == 0x03 then
+        if n < 10 then
+            t:add_proto_expert_info(e_malformed, "a code chunk needs its length, offset and at least one byte")
+            return
+        end
+        t:add(f.ctl_total, tvb(1, 4))
+        t:add(f.ctl_offset, tvb(5, 4))
+        t:add(f.ctl_code, tvb(9))
+        pinfo.cols.info:append(string.format(" %d+%d of %d", tvb(5, 4):uint(), n - 9, tvb(1, 4):uint()))
     elseif op == 0x81 and n >= 2 then
         t:add(f.ctl_status, tvb(1, 1))
         local st = tvb(1, 1):uint()
@@ -462,6 +474,8 @@ local function dissect_control(tvb, pinfo, tree)
         elseif st == 2 and n >= 3 then
             t:add(f.ctl_refusal, tvb(2, 1))
             if n > 3 then t:add(f.ctl_reason, tvb(3)) end
+        elseif st == 3 and n == 6 then
+            t:add(f.ctl_staged, tvb(2, 4))
         end
     elseif n > 1 then
         t:add(f.ctl_body, tvb(1))

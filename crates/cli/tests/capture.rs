@@ -353,7 +353,7 @@ fn anep(type_id: u16, payload: &[u8]) -> Vec<u8> {
 #[test]
 fn the_dissector_decodes_each_format_as_its_crate_encodes_it() {
     use anode_wire::anep::{TYPE_CAPSULE, TYPE_CONTROL, TYPE_PLAIN, TYPE_SNAP};
-    use anode_wire::control::{LoadReply, LoadRequest, Message};
+    use anode_wire::control::{CodeChunk, LoadReply, LoadRequest, Message};
     let s = Scratch::new("capture", "formats");
     let src = ".src 10.0.0.7\n.dst 10.0.0.9\n.rb 33\n.port 4242\n.endian little\n\
                .heap\nh0: addr 10.1.2.3\nh1: tuple [1, 2]\n.code\n\
@@ -369,6 +369,10 @@ fn the_dissector_decodes_each_format_as_its_crate_encodes_it() {
     let mut refused = Vec::new();
     let r = LoadReply::Refused(anode_wire::control::Refusal::Denied, "no right");
     Message::LoadReply(r).emit(&mut refused).unwrap();
+    let mut chunk = Vec::new();
+    Message::CodeChunk(CodeChunk { total: 200_000, offset: 60_000, data: b"\0asm" }).emit(&mut chunk).unwrap();
+    let mut staged = Vec::new();
+    Message::LoadReply(LoadReply::Staged(60_004)).emit(&mut staged).unwrap();
     let hash = anode_cred::ModuleHash::of(b"\0asm");
     let mut req = Vec::new();
     anode_sandbox::capsule::encode_code_request(&hash, &mut req);
@@ -382,6 +386,8 @@ fn the_dissector_decodes_each_format_as_its_crate_encodes_it() {
         anep(TYPE_CONTROL, &refused),
         anep(TYPE_CAPSULE, &req),
         anep(TYPE_CAPSULE, &reply),
+        anep(TYPE_CONTROL, &chunk),
+        anep(TYPE_CONTROL, &staged),
     ];
     let pcap = s.0.join("formats.pcap");
     let f = std::fs::File::create(&pcap).unwrap();
@@ -413,9 +419,12 @@ fn the_dissector_decodes_each_format_as_its_crate_encodes_it() {
         "anode.capsule.kind",
         "anode.capsule.code_len",
         "_ws.expert",
+        "anode.control.total",
+        "anode.control.offset",
+        "anode.control.staged",
     ];
     let Some(rows) = tshark_fields(&pcap, &fields) else { return };
-    assert_eq!(rows.len(), 7, "{rows:?}");
+    assert_eq!(rows.len(), 9, "{rows:?}");
     let snap = &rows[0];
     assert_eq!(&snap[1..6], ["0x01", "33", "4242", "10.0.0.7", "10.0.0.9"], "{snap:?}");
     for want in ["0> push -3", "1: bne 2", "2: pushh @2", "3: nth 1", "4: istag int", "5: exit"] {
@@ -438,5 +447,12 @@ fn the_dissector_decodes_each_format_as_its_crate_encodes_it() {
         rows[4]
     );
     assert_eq!((rows[5][18].as_str(), rows[6][18].as_str(), rows[6][19].as_str()), ("2", "3", "4"), "code fetch");
+    assert_eq!(
+        (rows[7][12].as_str(), rows[7][21].as_str(), rows[7][22].as_str()),
+        ("0x03", "200000", "60000"),
+        "code chunk: {:?}",
+        rows[7]
+    );
+    assert_eq!((rows[8][14].as_str(), rows[8][23].as_str()), ("3", "60004"), "staged: {:?}", rows[8]);
     assert!(rows.iter().all(|r| r[20].is_empty()), "no malformed-packet notes: {rows:?}");
 }
