@@ -3,7 +3,7 @@
 -- Dissects ANEP (the header that starts every datagram between anode
 -- nodes), and inside it: SNAP packets (header, code disassembled into
 -- mnemonics, heap objects, stack values), plain packets, capsules and the
--- code-fetch messages, control messages (module and pod loads, replies),
+-- code-fetch messages, control messages (module and pod loads, code chunks, replies),
 -- and the outer AUTH/ESP/handshake/domain framing. An AUTH datagram's
 -- inner datagram is dissected (it is not encrypted); an ESP one's is not
 -- (it is), which is what `anode capture` is for: its pcap holds the
