@@ -141,7 +141,7 @@ pub fn run(c: ModuleCmd) -> Result<ExitCode> {
     let code = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
     let cred = std::fs::read(&credential).with_context(|| format!("reading {}", credential.display()))?;
     // Code too large for one request goes ahead of it in chunks, and the
-    // request carries none (docs/node.md "Control messages").
+    // request carries none (docs/modules.md "Modules larger than one datagram").
     let mut body = Vec::new();
     let fits = Message::Load(LoadRequest { name: name.as_deref(), credential: &cred, code: &code }).buffer_len()
         + pod.as_ref().map_or(0, |(n, _, _, keys)| n.len() + 10 + keys.len())
