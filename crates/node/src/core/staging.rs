@@ -195,6 +195,21 @@ mod tests {
     }
 
     #[test]
+    fn a_hostile_principal_costs_another_nothing() {
+        let mut s = Staging::default();
+        assert_eq!(s.chunk(p(2), &c(4, 0, b"go"), MAX, 0), Ok(2));
+        // p(1) restarts, skips, repeats, overruns and stalls, interleaved.
+        for (i, bad) in
+            [c(MAX as u32, 0, b"x"), c(9, 5, b"y"), c(9, 0, b"z"), c(9, 0, b"123456789+")].iter().enumerate()
+        {
+            let _ = s.chunk(p(1), bad, MAX, i as u64);
+        }
+        assert_eq!(s.take(p(1), 5), Err(StageError::Nothing), "its last attempt ran past its total");
+        assert_eq!(s.chunk(p(2), &c(4, 2, b"od"), MAX, 10), Ok(4));
+        assert_eq!(s.take(p(2), 10), Ok(b"good".to_vec()), "the other's staging is whole");
+    }
+
+    #[test]
     fn sizes_counts_and_time_are_bounded() {
         let mut s = Staging::default();
         assert_eq!(s.chunk(p(1), &c(0, 0, b"a"), MAX, 0), Err(StageError::TooLarge { total: 0, max: MAX }));
