@@ -188,26 +188,19 @@ impl MemLimiter {
     /// only, as before sessions: tables are bounded by their element count).
     fn grow(&mut self, part: Part, bytes: usize) -> bool {
         let over_cap = part == Part::Memory && self.used.saturating_add(bytes) > self.cap;
-        if self.cap_always && over_cap {
-            if let Some(h) = &self.heap {
-                heap::with(h, |a| a.refuse());
-            }
-            self.exceeded = true;
-            return false;
-        }
         let ok = match &self.heap {
             Some(h) => heap::with(h, |a| {
-                if a.reserved() {
-                    a.charge(part, bytes)
-                } else if part == Part::Memory && self.used.saturating_add(bytes) > self.cap {
+                if over_cap && (self.cap_always || !a.reserved()) {
                     a.refuse();
                     false
+                } else if a.reserved() {
+                    a.charge(part, bytes)
                 } else {
                     a.force(part, bytes);
                     true
                 }
             }),
-            None => part != Part::Memory || self.used.saturating_add(bytes) <= self.cap,
+            None => !over_cap,
         };
         if !ok {
             self.exceeded = true;
