@@ -142,24 +142,21 @@ pub fn run(c: ModuleCmd) -> Result<ExitCode> {
     let cred = std::fs::read(&credential).with_context(|| format!("reading {}", credential.display()))?;
     // Code too large for one request goes ahead of it in chunks, and the
     // request carries none (docs/modules.md "Modules larger than one datagram").
-    let mut body = Vec::new();
-    let fits = Message::Load(LoadRequest { name: name.as_deref(), credential: &cred, code: &code }).buffer_len()
-        + pod.as_ref().map_or(0, |(n, _, _, keys)| n.len() + 10 + keys.len())
-        <= crate::sa_client::MAX_BODY;
-    let chunks: Vec<Vec<u8>> = if fits { Vec::new() } else { code_chunks(&code)? };
-    let inline: &[u8] = if fits { &code } else { &[] };
-    let request = match &pod {
+    let request = |code| match &pod {
         Some((name, on_fault, min_fuel, keys)) => Message::PodLoad(PodLoadRequest {
             name,
             on_fault: *on_fault,
             clients: (!keys.is_empty()).then_some(keys.as_slice()),
             min_fuel: *min_fuel,
             credential: &cred,
-            code: inline,
+            code,
         }),
-        None => Message::Load(LoadRequest { name: name.as_deref(), credential: &cred, code: inline }),
+        None => Message::Load(LoadRequest { name: name.as_deref(), credential: &cred, code }),
     };
-    request.emit(&mut body).map_err(|e| anyhow!("load request: {e}"))?;
+    let fits = request(&code).buffer_len() <= crate::sa_client::MAX_BODY;
+    let chunks: Vec<Vec<u8>> = if fits { Vec::new() } else { code_chunks(&code)? };
+    let mut body = Vec::new();
+    request(if fits { &code } else { &[] }).emit(&mut body).map_err(|e| anyhow!("load request: {e}"))?;
     let node = target.node;
     let mut bodies: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
     bodies.push(&body);
