@@ -29,6 +29,7 @@
 use crate::ops::{IMM_MASK, Insn, Op, sext25, trunc25};
 use crate::services::{Arg, MAX_ARITY, Ret, ServiceCx, ServiceError, ServiceTable, SmallBytes};
 use crate::value::{Tag, Value, code_is_ref, header, payload_words, split_header};
+use crate::wire::field::{DST, SRC};
 use crate::wire::{HEADER_LEN, Packet, WireError};
 use core::net::Ipv4Addr;
 use core::ops::Range;
@@ -1098,8 +1099,11 @@ impl Vm {
                 }
                 // ---- network control ----
                 opc::Forw | opc::ForwTo => {
-                    let (dest, src) =
-                        if op == opc::Forw { (head_addr(head, 12), head_addr(head, 8)) } else { (addr!(), ctx.here()) };
+                    let (dest, src) = if op == opc::Forw {
+                        (head_addr(head, DST), head_addr(head, SRC))
+                    } else {
+                        (addr!(), ctx.here())
+                    };
                     if ctx.is_here(dest) {
                         continue_trace::<E, T>(tr, at, w, head, &hdr, scratch, &st[..sp], rb);
                         continue;
@@ -1198,8 +1202,8 @@ impl Vm {
                     jump!(at, v + sext25(imm) as i64)
                 }
                 // ---- environment ----
-                opc::GetSrc => push_addr!(cold_addr(head_addr(head, 8))),
-                opc::GetDst => push_addr!(cold_addr(head_addr(head, 12))),
+                opc::GetSrc => push_addr!(cold_addr(head_addr(head, SRC))),
+                opc::GetDst => push_addr!(cold_addr(head_addr(head, DST))),
                 opc::GetRb => push!(Value::int(rb as i32)),
                 opc::GetEp => push!(cold_int(hdr.entry as i32)),
                 opc::GetPort => push!(cold_int(hdr.port as i32)),
@@ -1542,13 +1546,13 @@ fn cold_int(i: i32) -> Value {
     Value::int(i)
 }
 
-/// The address at byte `at` of the header (8: source, 12: destination),
-/// read where it lies instead of from the decoded header: the header is not
+/// The address in header field `f` (`field::SRC` or `field::DST`), read
+/// where it lies instead of from the decoded header: the header is not
 /// written while the packet runs, and keeping the decoded copies live across
 /// the interpreter's loop cost two loads per instruction.
 #[inline(always)]
-fn head_addr(head: &[u8], at: usize) -> Ipv4Addr {
-    head.get(at..at + 4).and_then(|b| <[u8; 4]>::try_from(b).ok()).map_or(Ipv4Addr::UNSPECIFIED, Ipv4Addr::from)
+fn head_addr(head: &[u8], f: core::ops::Range<usize>) -> Ipv4Addr {
+    head.get(f).and_then(|b| <[u8; 4]>::try_from(b).ok()).map_or(Ipv4Addr::UNSPECIFIED, Ipv4Addr::from)
 }
 
 /// The same for the address queries.

@@ -38,7 +38,7 @@ pub mod flags {
     pub const ALL: u8 = LE;
 }
 
-mod field {
+pub(crate) mod field {
     use core::ops::Range;
     pub const VERSION: usize = 0;
     pub const FLAGS: usize = 1;
