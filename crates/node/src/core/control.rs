@@ -72,18 +72,18 @@ impl Node {
             _ => None,
         };
         let parsed = match (msg, &staged) {
-            (_, Some(Err(e))) => (Err(StagingOr::Staging(*e)), from),
+            (_, Some(Err(e))) => Err(StagingOr::Staging(*e)),
             (Ok(Message::Load(mut r)), Some(Ok(code))) => {
                 r.code = code;
-                (Ok(Message::Load(r)), from)
+                Ok(Message::Load(r))
             }
             (Ok(Message::PodLoad(mut r)), Some(Ok(code))) => {
                 r.code = code;
-                (Ok(Message::PodLoad(r)), from)
+                Ok(Message::PodLoad(r))
             }
-            (m, _) => (m.map_err(StagingOr::Wire), from),
+            (m, _) => m.map_err(StagingOr::Wire),
         };
-        let reply = match parsed {
+        let reply = match (parsed, from) {
             (Err(StagingOr::Staging(e)), _) => {
                 self.counters.drop(Drop::StagingRefused);
                 text = e.to_string();
