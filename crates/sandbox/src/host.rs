@@ -262,7 +262,7 @@ pub(crate) struct TenantState {
     pub ops: Vec<HostOp>,
     logs: HashMap<u32, LogBucket>,
     /// The pod binder, for the `pod` interface (docs/pods.md).
-    pub pods: Option<Arc<Mutex<crate::pods::PodHub>>>,
+    pub pods: Option<Arc<crate::pods::HubLock>>,
     /// Fuel left at the last pod call that was a preemption point.
     pub pod_mark: u64,
     /// Preemption points passed by this store's invocations, counted by

@@ -49,7 +49,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
 use anode_cred::PrincipalId;
 use wasmtime::{
@@ -337,7 +337,7 @@ pub struct PodInfo {
 
 /// The data of a pod's store.
 pub struct PodState {
-    hub: Weak<Mutex<PodHub>>,
+    hub: Weak<HubLock>,
     pod: PodId,
     /// Whose pod it is (fixed at load).
     principal: PrincipalId,
@@ -355,12 +355,12 @@ pub(crate) trait PodClient {
     fn charge_call(c: &mut Caller<'_, Self>)
     where
         Self: Sized;
-    fn pod_client(&self) -> Option<(Arc<Mutex<PodHub>>, Client, PrincipalId, u32)>;
+    fn pod_client(&self) -> Option<(Arc<HubLock>, Client, PrincipalId, u32)>;
     /// Runs `f` on the binder, borrowed: a module's store holds it and
     /// lends it without touching its reference count (two atomic
     /// operations a call saved); a pod's store holds it weakly and
     /// upgrades. `None` without a binder.
-    fn with_hub<R>(&self, f: impl FnOnce(&Mutex<PodHub>) -> R) -> Option<R>;
+    fn with_hub<R>(&self, f: impl FnOnce(&HubLock) -> R) -> Option<R>;
     /// Who calls: the client, its principal, and how deep it runs.
     fn who(&self) -> (Client, PrincipalId, u32);
     /// The memory of the instance making the call, when the store knows it
@@ -374,10 +374,10 @@ impl PodClient for PodState {
             let _ = c.set_fuel(f.saturating_sub(POD_HOST_CALL_FUEL));
         }
     }
-    fn pod_client(&self) -> Option<(Arc<Mutex<PodHub>>, Client, PrincipalId, u32)> {
+    fn pod_client(&self) -> Option<(Arc<HubLock>, Client, PrincipalId, u32)> {
         Some((self.hub.upgrade()?, Client::Pod(self.pod.0), self.principal, self.depth))
     }
-    fn with_hub<R>(&self, f: impl FnOnce(&Mutex<PodHub>) -> R) -> Option<R> {
+    fn with_hub<R>(&self, f: impl FnOnce(&HubLock) -> R) -> Option<R> {
         self.hub.upgrade().map(|h| f(&h))
     }
     fn who(&self) -> (Client, PrincipalId, u32) {
@@ -392,10 +392,10 @@ impl PodClient for crate::host::TenantState {
     fn charge_call(c: &mut Caller<'_, Self>) {
         crate::host::charge_host(c);
     }
-    fn pod_client(&self) -> Option<(Arc<Mutex<PodHub>>, Client, PrincipalId, u32)> {
+    fn pod_client(&self) -> Option<(Arc<HubLock>, Client, PrincipalId, u32)> {
         Some((self.pods.clone()?, Client::Module(self.call.module), self.principal, 0))
     }
-    fn with_hub<R>(&self, f: impl FnOnce(&Mutex<PodHub>) -> R) -> Option<R> {
+    fn with_hub<R>(&self, f: impl FnOnce(&HubLock) -> R) -> Option<R> {
         self.pods.as_deref().map(f)
     }
     fn who(&self) -> (Client, PrincipalId, u32) {
@@ -550,13 +550,20 @@ struct Binding {
     state: Option<i32>,
 }
 
+/// The pod binder's lock. The call path only ever takes it with `try_lock`
+/// (a module's call that finds it held, which only a re-entrant call could,
+/// gets `E_CONTEXT`), and a spin mutex releases it with a plain store where
+/// `std::sync::Mutex` swaps atomically to look for waiters: two locked
+/// instructions less per pod call (docs/benchmarks.md, "Pods", run H).
+pub type HubLock = spin::mutex::SpinMutex<PodHub>;
+
 /// The pod binder and every loaded pod of a sandbox. Shared
-/// (`Arc<Mutex<PodHub>>`) by the stores whose modules call pods; the lock is
+/// (`Arc<HubLock>`) by the stores whose modules call pods; the lock is
 /// never held while pod code runs.
 pub struct PodHub {
     engine: Engine,
     linker: Linker<PodState>,
-    me: Weak<Mutex<PodHub>>,
+    me: Weak<HubLock>,
     pods: IdMap<PodId, Pod>,
     names: HashMap<String, PodId>,
     tables: IdMap<Client, HandleTable<Binding>>,
@@ -591,7 +598,7 @@ impl PodHub {
     ///
     /// # Errors
     /// When wasmtime refuses the engine configuration.
-    pub fn shared() -> Result<Arc<Mutex<PodHub>>, HubSetupError> {
+    pub fn shared() -> Result<Arc<HubLock>, HubSetupError> {
         let mut c = Config::new();
         c.consume_fuel(true);
         c.max_wasm_stack(POD_WASM_STACK);
@@ -600,7 +607,7 @@ impl PodHub {
         let mut linker = Linker::new(&engine);
         define_pod(&mut linker).map_err(|e| HubSetupError(format!("{e:#}")))?;
         Ok(Arc::new_cyclic(|me| {
-            Mutex::new(PodHub {
+            HubLock::new(PodHub {
                 engine,
                 linker,
                 me: me.clone(),
@@ -1123,7 +1130,7 @@ fn call_with<T: PodClient>(
 ) -> (i32, Option<u64>) {
     let (client, principal, depth) = c.data().who();
     let begun = c.data().with_hub(|hub| match hub.try_lock() {
-        Ok(mut h) => h.begin(client, binding, depth, caller_fuel).map(|(b, l)| {
+        Some(mut h) => h.begin(client, binding, depth, caller_fuel).map(|(b, l)| {
             // A bind request carries the client's particulars.
             let info = b.state.is_none().then(|| {
                 let entry = h.pods.get(&b.pod).and_then(|p| p.entries.get(b.offer)).map_or("", String::as_str);
@@ -1131,7 +1138,7 @@ fn call_with<T: PodClient>(
             });
             (b, l, info)
         }),
-        Err(_) => Err(E_CONTEXT),
+        None => Err(E_CONTEXT),
     });
     let (begun, mut live, info) = match begun {
         Some(Ok(b)) => b,
@@ -1157,7 +1164,7 @@ fn call_with<T: PodClient>(
     let Some(ran) = ran else {
         // A bad length or region: the pod was not entered.
         let _ = c.data().with_hub(|hub| {
-            if let Ok(mut h) = hub.try_lock() {
+            if let Some(mut h) = hub.try_lock() {
                 h.finish(client, &begun, live, &Ran { result: Ok(0), used: 0, rolled_back: None });
             }
         });
@@ -1185,7 +1192,7 @@ fn call_with<T: PodClient>(
         let _ = c.set_fuel(f);
     }
     let _ = c.data().with_hub(|hub| {
-        if let Ok(mut h) = hub.try_lock() {
+        if let Some(mut h) = hub.try_lock() {
             h.finish(client, &begun, live, &ran);
         }
     });
@@ -1218,8 +1225,8 @@ fn bind_inner<T: PodClient>(c: &mut Caller<'_, T>, np: i32, nl: i32, bp: i32, bl
         return E_INVAL;
     }
     match hub.try_lock() {
-        Ok(mut h) => h.bind(client, principal, &name, (bp, bl)),
-        Err(_) => E_CONTEXT,
+        Some(mut h) => h.bind(client, principal, &name, (bp, bl)),
+        None => E_CONTEXT,
     }
 }
 
@@ -1322,8 +1329,8 @@ fn unbind_inner<T: PodClient>(c: &mut Caller<'_, T>, b: i32) -> i32 {
     let Some((hub, client, _, depth)) = c.data().pod_client() else { return E_CONTEXT };
     let caller_fuel = c.get_fuel().ok();
     let taken = match hub.try_lock() {
-        Ok(mut h) => h.unbind_take(client, b),
-        Err(_) => return E_CONTEXT,
+        Some(mut h) => h.unbind_take(client, b),
+        None => return E_CONTEXT,
     };
     let (begun, mut live) = match taken {
         Ok(Some(t)) => t,
@@ -1335,7 +1342,7 @@ fn unbind_inner<T: PodClient>(c: &mut Caller<'_, T>, b: i32) -> i32 {
     if let Some(f) = caller_fuel {
         let _ = c.set_fuel(f.saturating_sub(ran.used));
     }
-    if let Ok(mut h) = hub.try_lock() {
+    if let Some(mut h) = hub.try_lock() {
         h.finish(client, &begun, live, &ran);
     }
     0

@@ -629,7 +629,7 @@ pub struct Sandbox {
     next_space: u64,
     counters: SandboxCounters,
     /// The pod binder and the pods (`sandbox/pods.rs`, docs/pods.md).
-    pods: Arc<Mutex<crate::pods::PodHub>>,
+    pods: Arc<crate::pods::HubLock>,
 }
 
 impl Sandbox {

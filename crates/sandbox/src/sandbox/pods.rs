@@ -70,11 +70,7 @@ impl Sandbox {
         // tables are charged to the owner's heap account, within its
         // session's reservation (RCANE §IV-E), as well as to its own cap.
         let heap = self.heap_account(grant.principal);
-        let id = self
-            .pods
-            .lock()
-            .map_err(|_| PodError::Instantiate("pod hub poisoned".into()))?
-            .load_charged(&load, Some(heap))?;
+        let id = self.pods.lock().load_charged(&load, Some(heap))?;
         // A credential with a date is decided again then, as a module's is.
         if let (Some(at), Some(c)) = (recheck_at, spec.credential) {
             let rc = Recheck { credential: c.into(), requester: spec.requester, limits: spec.limits, info: ins.info };
@@ -111,27 +107,25 @@ impl Sandbox {
     /// Unloads a pod; later calls on bindings to it get `E_GONE`.
     pub fn unload_pod(&mut self, id: PodId) -> bool {
         self.pod_recheck.remove(&id);
-        self.pods.lock().is_ok_and(|mut h| h.unload(id))
+        self.pods.lock().unload(id)
     }
 
     /// The loaded pods, with their counters.
     pub fn pods(&self) -> Vec<PodInfo> {
-        self.pods.lock().map(|h| h.list()).unwrap_or_default()
+        self.pods.lock().list()
     }
 
     /// The pod binder's refusal counters.
     pub fn pod_counters(&self) -> HubCounters {
-        self.pods.lock().map(|h| h.counters()).unwrap_or_default()
+        self.pods.lock().counters()
     }
 
     /// Bindings module `id` holds.
     pub fn pod_bindings(&self, id: ModuleId) -> usize {
-        self.pods.lock().map(|h| h.bindings_of(Client::Module(id.0))).unwrap_or(0)
+        self.pods.lock().bindings_of(Client::Module(id.0))
     }
 
     pub(super) fn forget_pod_client(&mut self, id: ModuleId) {
-        if let Ok(mut h) = self.pods.lock() {
-            h.forget_client(Client::Module(id.0));
-        }
+        self.pods.lock().forget_client(Client::Module(id.0));
     }
 }
