@@ -58,7 +58,7 @@ pub mod wire;
 pub use account::{Account, Charge, CloseReason, Owner, PrincipalId, ResourceKind, SessionEvent};
 pub use admission::{AdmissionError, Capacity, Ceilings, Limit, ReserveRequest, Resource, VpOp};
 pub use handle::{PoolId, SessionId, VpId};
-pub use limiter::{ByteBucket, RateLimited, RequestLimiter};
+pub use limiter::{ByteBucket, ByteBuckets, RateLimited, RequestLimiter};
 pub use pool::{Pool, PoolSpec, PoolStats};
 pub use rcane::{
     ClosedSession, ConfigError, Granted, HandleError, PoolInfo, PostRefusal, PostRefused, Rcane, RcaneConfig,

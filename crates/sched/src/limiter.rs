@@ -199,6 +199,54 @@ impl ByteBucket {
     }
 }
 
+/// Byte buckets by key (principal, neighbour), at most `max` of them. When
+/// the table is full, buckets that have refilled (which carry no state) are
+/// forgotten; if none has, a key not yet in it is refused.
+#[derive(Debug, Clone)]
+pub struct ByteBuckets<K> {
+    map: HashMap<K, ByteBucket>,
+    max: usize,
+}
+
+impl<K: Eq + core::hash::Hash + Copy> ByteBuckets<K> {
+    /// An empty table of at most `max` buckets.
+    pub fn new(max: usize) -> ByteBuckets<K> {
+        ByteBuckets { map: HashMap::new(), max }
+    }
+
+    /// Takes `bytes` from `key`'s bucket at `now_ns`, the bucket made (full)
+    /// or changed to `rate` bytes/s and `burst` bytes first; `false`: not
+    /// enough in it, or no room for a new bucket (nothing taken).
+    pub fn take(&mut self, key: K, (rate, burst): (u64, u64), bytes: u64, now_ns: u64) -> bool {
+        if !self.map.contains_key(&key) && self.map.len() >= self.max {
+            self.map.retain(|_, b| !b.is_full(now_ns));
+            if self.map.len() >= self.max {
+                return false;
+            }
+        }
+        let b = self.map.entry(key).or_insert_with(|| ByteBucket::new(rate, burst, now_ns));
+        if b.rate() != rate {
+            b.set(rate, burst, now_ns);
+        }
+        b.take(bytes, now_ns)
+    }
+
+    /// Forgets `key`'s bucket.
+    pub fn remove(&mut self, key: &K) {
+        self.map.remove(key);
+    }
+
+    /// Buckets held.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether none is held.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
 #[cfg(test)]
 mod byte_bucket_tests {
     use super::ByteBucket;
@@ -229,5 +277,27 @@ mod byte_bucket_tests {
         b.set(10, 20, 20_000_000_000);
         assert!(b.take(20, 20_000_000_000) && !b.take(1, 20_000_000_000));
         assert_eq!(b.rate(), 10);
+    }
+
+    #[test]
+    fn a_full_table_of_busy_buckets_refuses_new_keys_and_forgets_refilled_ones() {
+        use super::ByteBuckets;
+        const S: u64 = 1_000_000_000;
+        let mut t = ByteBuckets::new(2);
+        // 1000 B/s, bursts of 100: two keys spend theirs.
+        assert!(t.take(1u8, (1000, 100), 100, 0));
+        assert!(t.take(2u8, (1000, 100), 100, 0));
+        assert!(!t.take(1u8, (1000, 100), 1, 0), "1's burst is spent");
+        assert!(!t.take(3u8, (1000, 100), 1, 0), "no room while both are busy");
+        assert_eq!(t.len(), 2);
+        // 0.1 s later both have refilled: they are forgotten to make room.
+        assert!(t.take(3u8, (1000, 100), 100, S / 10));
+        assert_eq!(t.len(), 1);
+        // A changed rate applies to the key's bucket from then on: 1 ms
+        // refilled at the old rate (1 byte), the next at the new (1,000).
+        assert!(!t.take(3u8, (1_000_000, 100), 50, S / 10 + 1_000_000));
+        assert!(t.take(3u8, (1_000_000, 100), 50, S / 10 + 2_000_000));
+        t.remove(&3);
+        assert!(t.is_empty());
     }
 }

@@ -82,12 +82,12 @@ pub(crate) struct Sched {
     /// When to look again for sessions whose principal is gone (ms).
     gone_check_at: Option<u64>,
     /// What each principal's modules may still send (bounded table).
-    tx: HashMap<PrincipalId, anode_sched::ByteBucket>,
+    tx: anode_sched::ByteBuckets<PrincipalId>,
     /// Every principal's best-effort transmit allowance, bytes/s.
     tx_default: u64,
     /// What each session with a receive reservation may still receive on
     /// its channels (bounded table, like `tx`).
-    rx: HashMap<PrincipalId, anode_sched::ByteBucket>,
+    rx: anode_sched::ByteBuckets<PrincipalId>,
     /// Interfaces whose transmissions the daemon schedules per link: they
     /// are charged when sent ([`Node::charge_sent`]), not when produced.
     paced: Vec<bool>,
@@ -155,9 +155,9 @@ impl Sched {
             sa_seen: HashMap::new(),
             grace_ms: DEFAULT_SESSION_GRACE_MS,
             gone_check_at: None,
-            tx: HashMap::new(),
+            tx: anode_sched::ByteBuckets::new(MAX_TX_BUCKETS),
             tx_default: DEFAULT_TX_BYTES_PER_SEC,
-            rx: HashMap::new(),
+            rx: anode_sched::ByteBuckets::new(MAX_TX_BUCKETS),
             paced: Vec::new(),
             counters: SchedCounters::default(),
         })
@@ -271,18 +271,7 @@ impl Sched {
         let reserved = self.by_principal.get(&p).map_or(0, |sid| self.rcane.tx_reserved(*sid));
         let rate = self.tx_default.saturating_add(reserved);
         let burst = (rate / 10).max(64 << 10);
-        if !self.tx.contains_key(&p) && self.tx.len() >= MAX_TX_BUCKETS {
-            // Full buckets carry no state.
-            self.tx.retain(|_, b| !b.is_full(now_ns));
-            if self.tx.len() >= MAX_TX_BUCKETS {
-                return false;
-            }
-        }
-        let b = self.tx.entry(p).or_insert_with(|| anode_sched::ByteBucket::new(rate, burst, now_ns));
-        if b.rate() != rate {
-            b.set(rate, burst, now_ns);
-        }
-        b.take(bytes, now_ns)
+        self.tx.take(p, (rate, burst), bytes, now_ns)
     }
 
     /// Takes `bytes` of `p`'s receive allowance for its channels: a
@@ -296,17 +285,7 @@ impl Sched {
             return true;
         }
         let burst = (rate / 10).max(64 << 10);
-        if !self.rx.contains_key(&p) && self.rx.len() >= MAX_TX_BUCKETS {
-            self.rx.retain(|_, b| !b.is_full(now_ns));
-            if self.rx.len() >= MAX_TX_BUCKETS {
-                return false;
-            }
-        }
-        let b = self.rx.entry(p).or_insert_with(|| anode_sched::ByteBucket::new(rate, burst, now_ns));
-        if b.rate() != rate {
-            b.set(rate, burst, now_ns);
-        }
-        b.take(bytes, now_ns)
+        self.rx.take(p, (rate, burst), bytes, now_ns)
     }
 
     /// Takes the suspended task of `principal`, if one holds its store.
