@@ -699,6 +699,13 @@ pub struct ModulesConfig {
     /// dispatch runs its budget out and input waits up to one slice.
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub input_preempts_us: u64,
+    /// Code replies (cached capsule code sent to a neighbour that asked
+    /// for it by hash) per neighbour, bytes per second; all neighbours
+    /// together get four times that. Bursts of a tenth of a second and at
+    /// least one reply of the largest module. A request over it is refused
+    /// (`capsule_refused`, reason `code_reply_limited`). 0: never serve code.
+    #[serde(default = "code_reply_bytes_per_sec", skip_serializing_if = "is_default_code_reply")]
+    pub code_reply_bytes_per_sec: u64,
     /// Sessions the administrator opens at start (before the loads), for
     /// principals that need a reservation without contacting the node.
     #[serde(default, rename = "session", skip_serializing_if = "Vec::is_empty")]
@@ -759,6 +766,14 @@ fn is_zero_u64(v: &u64) -> bool {
     *v == 0
 }
 
+fn code_reply_bytes_per_sec() -> u64 {
+    anode_sandbox::DEFAULT_CODE_REPLY_BYTES_PER_SEC
+}
+
+fn is_default_code_reply(v: &u64) -> bool {
+    *v == code_reply_bytes_per_sec()
+}
+
 fn tx_bytes_per_sec() -> u64 {
     crate::core::DEFAULT_TX_BYTES_PER_SEC
 }
@@ -791,6 +806,7 @@ impl ModulesConfig {
             max_cpu: max_cpu(),
             max_sends: max_sends(),
             input_preempts_us: 0,
+            code_reply_bytes_per_sec: code_reply_bytes_per_sec(),
             sessions: Vec::new(),
         }
     }

@@ -42,6 +42,7 @@ pub fn sandbox(
     sc.verifier.require_channel_grants = cfg.require_channel_grants;
     sc.verifier.node_limits.cpu = cfg.max_cpu;
     sc.host.sends_per_invocation = cfg.max_sends;
+    sc.code_reply_bytes_per_sec = cfg.code_reply_bytes_per_sec;
     Ok(Sandbox::new(root, sc, routes)?)
 }
 

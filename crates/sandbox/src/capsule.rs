@@ -41,6 +41,8 @@ pub const MAX_CRED: usize = anode_cred::credential::MAX_CREDENTIAL;
 pub const MAX_DATA: usize = 8192;
 /// Largest code a message may carry (the sandbox may set a lower limit).
 pub const MAX_CODE: usize = 1 << 20;
+/// Bytes of a code reply before its code: version, kind, code length, hash.
+pub const CODE_REPLY_HEADER: usize = 2 + 4 + 32;
 
 /// Capsule format errors.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -45,9 +45,9 @@ pub use heap::{HeapCharge, HeapUse};
 pub use host::HostLimits;
 pub use sandbox::PodSpec;
 pub use sandbox::{
-    CapsuleError, CapsuleJob, CapsuleOutcome, CpuBound, DEFAULT_HOST_CALL_FUEL, DEFAULT_YIELD_FUEL, Invocation,
-    InvokeError, Job, JobKind, LoadError, LoadSpec, ModuleCounters, ModuleInfo, ModuleKind, Sandbox, SandboxConfig,
-    SandboxCounters, SetupError, Step, Task,
+    CapsuleError, CapsuleJob, CapsuleOutcome, CpuBound, DEFAULT_CODE_REPLY_BYTES_PER_SEC, DEFAULT_HOST_CALL_FUEL,
+    DEFAULT_YIELD_FUEL, Invocation, InvokeError, Job, JobKind, LoadError, LoadSpec, ModuleCounters, ModuleInfo,
+    ModuleKind, Sandbox, SandboxConfig, SandboxCounters, SetupError, Step, Task,
 };
 
 /// Most entries one module may register.

@@ -319,3 +319,57 @@ fn deferred_capsules_become_jobs_of_their_principal_that_run_like_the_capsule() 
     sb.take_capsule_jobs(&mut jobs);
     assert!(jobs.is_empty());
 }
+
+/// A code request is 34 bytes and its reply as large as the module: each
+/// neighbour gets its own byte budget for replies, and all of them together
+/// four times one. A neighbour that asks in a loop is refused (counted) once
+/// its budget is spent, without costing another neighbour its replies.
+#[test]
+fn code_requests_are_answered_within_each_neighbours_reply_budget() {
+    let code = module("ping");
+    let cred = ping_cred(&code);
+    let reply = (capsule::CODE_REPLY_HEADER + code.len()) as u64;
+    // One reply's burst (max_module = the code), refilled in 100 ms.
+    let cfg =
+        SandboxConfig { max_module: code.len(), code_reply_bytes_per_sec: 10 * reply, ..SandboxConfig::default() };
+    let mut sb = sandbox_with(cfg, line_routes(1, 1));
+    let mut out = Vec::new();
+    // The code reaches the cache with a capsule that carries it.
+    let carried = capsule_bytes("ping", &cred, &ping_data(1, 1, 0, 9, true), &code, true);
+    sb.handle_capsule(now(0), addr(2), &carried, &mut out).unwrap();
+    assert_eq!(sb.cache_stats().entries, 1);
+    let mut req = Vec::new();
+    capsule::encode_code_request(&ModuleHash::of(&code), &mut req);
+    let ask = |sb: &mut Sandbox, t: u64, n: u8| {
+        let mut out = Vec::new();
+        let r = sb.handle_capsule(now(t), addr(n), &req, &mut out);
+        assert_eq!(out.len(), usize::from(r.is_ok()), "a reply exactly when served");
+        r
+    };
+    let limited = |r: Result<CapsuleOutcome, CapsuleError>, n: u8| {
+        assert!(matches!(r, Err(CapsuleError::CodeReplyLimited(a)) if a == addr(n)), "{r:?}")
+    };
+    assert_eq!(ask(&mut sb, 0, 2).unwrap(), CapsuleOutcome::CodeServed);
+    limited(ask(&mut sb, 0, 2), 2);
+    // Others are still served from their own budgets...
+    for n in 3..=5 {
+        assert_eq!(ask(&mut sb, 0, n).unwrap(), CapsuleOutcome::CodeServed);
+    }
+    // ...until the node's (four replies at once) is spent too.
+    limited(ask(&mut sb, 0, 6), 6);
+    // Neighbour 2 floods: refused while its budget refills.
+    for t in [1, 50, 99] {
+        limited(ask(&mut sb, t, 2), 2);
+    }
+    // 100 ms later neighbour 2 has a reply's worth again.
+    assert_eq!(ask(&mut sb, 100, 2).unwrap(), CapsuleOutcome::CodeServed);
+    assert_eq!(sb.counters().code_served, 5);
+    assert_eq!(sb.counters().capsule_refused.get("code_reply_limited"), Some(&5));
+
+    // 0 serves no code at all.
+    let cfg = SandboxConfig { code_reply_bytes_per_sec: 0, ..SandboxConfig::default() };
+    let mut off = sandbox_with(cfg, line_routes(1, 1));
+    off.handle_capsule(now(0), addr(2), &carried, &mut out).unwrap();
+    limited(ask(&mut off, 0, 2), 2);
+    assert_eq!(off.counters().code_served, 0);
+}

@@ -45,6 +45,12 @@ impl Sandbox {
             }
             Message::CodeRequest(h) => match self.cache.peek(&h) {
                 Some(e) => {
+                    let reply = (capsule::CODE_REPLY_HEADER + e.code.len()) as u64;
+                    let rate = self.cfg.code_reply_bytes_per_sec;
+                    let burst = (rate / 10).max((capsule::CODE_REPLY_HEADER + self.cfg.max_module) as u64);
+                    if !self.replies.take(from, reply, (rate, burst), now.ms) {
+                        return Err(CapsuleError::CodeReplyLimited(from));
+                    }
                     let mut bytes = Vec::new();
                     capsule::encode_code_reply(&h, &e.code, &mut bytes)?;
                     out.push(Action::SendCapsule { principal: None, to: from, bytes });
@@ -200,5 +206,36 @@ impl Sandbox {
             }
             self.counters.capsule_store_recycles += 1;
         }
+    }
+}
+
+/// The byte budgets for answering code requests: one bucket per requesting
+/// neighbour (at most [`MAX_REPLY_BUCKETS`] tracked; a new requester finding
+/// them all busy is refused) and one for all of them (four times the rate
+/// and burst).
+#[derive(Debug)]
+pub(super) struct ReplyBudget {
+    per: anode_sched::ByteBuckets<Ipv4Addr>,
+    all: anode_sched::ByteBuckets<()>,
+}
+
+impl Default for ReplyBudget {
+    fn default() -> Self {
+        ReplyBudget { per: anode_sched::ByteBuckets::new(MAX_REPLY_BUCKETS), all: anode_sched::ByteBuckets::new(1) }
+    }
+}
+
+/// Neighbours whose code-reply budgets are tracked at once.
+const MAX_REPLY_BUCKETS: usize = 1024;
+
+impl ReplyBudget {
+    /// Takes `bytes` of `from`'s budget and of the node's (`rate` bytes/s,
+    /// `burst` bytes, per neighbour) at `now_ms`; `false`: over one of them.
+    /// A reply the node's budget refuses still spent its requester's.
+    fn take(&mut self, from: Ipv4Addr, bytes: u64, (rate, burst): (u64, u64), now_ms: u64) -> bool {
+        let now_ns = now_ms.saturating_mul(1_000_000);
+        rate > 0
+            && self.per.take(from, (rate, burst), bytes, now_ns)
+            && self.all.take((), (rate.saturating_mul(4), burst.saturating_mul(4)), bytes, now_ns)
     }
 }

@@ -93,6 +93,13 @@ pub struct SandboxConfig {
     /// `set_alarm`s cost 100,000 × this. Host calls copy at most a few KiB
     /// (payloads, state entries, log lines: see [`HostLimits`]).
     pub host_call_fuel: u64,
+    /// Code replies sent to one neighbour, bytes per second (bursts of a
+    /// tenth of a second, and at least one reply of the largest module);
+    /// all neighbours together get four times that. A code request is 34
+    /// bytes and its reply as large as the module, so without this a
+    /// neighbour (or, on links without security, anyone who can spoof its
+    /// address) turns the node into an amplifier. 0: code is never served.
+    pub code_reply_bytes_per_sec: u64,
 }
 
 impl Default for SandboxConfig {
@@ -112,9 +119,13 @@ impl Default for SandboxConfig {
             optimize: true,
             yield_fuel: Some(DEFAULT_YIELD_FUEL),
             host_call_fuel: DEFAULT_HOST_CALL_FUEL,
+            code_reply_bytes_per_sec: DEFAULT_CODE_REPLY_BYTES_PER_SEC,
         }
     }
 }
+
+/// Default [`SandboxConfig::code_reply_bytes_per_sec`]: 1 MiB/s per neighbour.
+pub const DEFAULT_CODE_REPLY_BYTES_PER_SEC: u64 = 1 << 20;
 
 /// Default fuel between preemption points: about 7 µs of a tight wasm loop on this
 /// machine (see docs/benchmarks.md, "Preemption points").
@@ -272,6 +283,10 @@ pub enum CapsuleError {
     /// session's reservation.
     #[error("the principal's heap reservation is full")]
     HeapFull,
+    /// A code request over the requesting neighbour's (or all neighbours')
+    /// code-reply rate ([`SandboxConfig::code_reply_bytes_per_sec`]).
+    #[error("code reply refused: over the code-reply rate to {0}")]
+    CodeReplyLimited(Ipv4Addr),
 }
 
 impl CapsuleError {
@@ -284,6 +299,7 @@ impl CapsuleError {
             CapsuleError::Invoke(e) => e.label(),
             CapsuleError::PendingFull => "pending_full",
             CapsuleError::HeapFull => "heap_full",
+            CapsuleError::CodeReplyLimited(_) => "code_reply_limited",
         }
     }
 }
@@ -615,6 +631,7 @@ pub struct Sandbox {
     /// Invocations since the node last took them (who ran, and what it used).
     invocations: Vec<Invocation>,
     fetches: HashMap<ModuleHash, Fetch>,
+    replies: capsules::ReplyBudget,
     /// Capsules run as [`Job`]s of their principal rather than at once
     /// (see [`Sandbox::defer_capsules`]).
     defer_capsules: bool,
@@ -678,6 +695,7 @@ impl Sandbox {
             pod_recheck: HashMap::new(),
             invocations: Vec::new(),
             fetches: HashMap::new(),
+            replies: capsules::ReplyBudget::default(),
             defer_capsules: false,
             capsule_jobs: Vec::new(),
             session_heaps: HashMap::new(),
