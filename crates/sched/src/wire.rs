@@ -23,7 +23,7 @@
 //! | 0x90 | granted | session (8), n (1), n × VP handle (8) |
 //! | 0x92 | closed | session (8), reason (1), account |
 //! | 0x93 | sessions | n (1), n × session summary |
-//! | 0x9D | bad VP | slice (8), period (8), min period (8), max period (8), min slice (8) |
+//! | 0x9D | bad VP | slice (8), period (8) (not the extra flag), min period (8), max period (8), min slice (8) |
 //! | 0x9E | refused | resource (1), limit (1), asked (8), left (8), allowed (8) |
 //! | 0x9F | error | code (1), detail (8) |
 //!
@@ -667,7 +667,8 @@ pub enum Reply {
     Sessions(Vec<SessionSummary>),
     /// A VP's parameters are outside the node's bounds.
     BadVp {
-        /// The VP asked for.
+        /// The VP asked for: its slice and period (`extra` is not carried,
+        /// and is always `false`).
         params: VpParams,
         /// Shortest period accepted.
         min_period_ns: u64,
@@ -732,6 +733,10 @@ impl Reply {
                 Reply::Refused { resource, by, asked, left, allowed }
             }
             RcaneError::Admission(AdmissionError::BadVp { params, min_period_ns, max_period_ns, min_slice_ns }) => {
+                // The reply carries the slice and the period, which the
+                // bounds are about, not the extra flag: a reply made here
+                // is the one its bytes parse to (found by `sched_control`).
+                let params = VpParams { extra: false, ..params };
                 Reply::BadVp { params, min_period_ns, max_period_ns, min_slice_ns }
             }
             RcaneError::TooManySessions { limit } => Reply::Error { code: C::TooManySessions, detail: limit.into() },

@@ -44,6 +44,17 @@ fn control_seeds() -> Vec<(&'static str, Vec<u8>)> {
         stream.extend(r.to_bytes().unwrap());
     }
     v.push(("stream", stream));
+    // A VP outside the bounds that asks for slack: its bad-VP reply must
+    // parse back to itself (a crash `sched_control` found: the reply kept
+    // the extra flag, which its bytes do not carry).
+    let bad = VpParams { slice_ns: 734_439_409_178, period_ns: 1 << 63 | 16_400_169, extra: true };
+    let open_bad = Request::Open {
+        credential: b"credential".to_vec(),
+        reservation: ReserveRequest { vps: vec![VpOp::Add(bad)], ..ReserveRequest::default() },
+    };
+    let mut stream = vec![1u8];
+    stream.extend(open_bad.to_bytes().unwrap());
+    v.push(("stream_bad_vp_extra", stream));
     v
 }
 
