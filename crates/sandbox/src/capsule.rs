@@ -151,13 +151,13 @@ impl<'a> Message<'a> {
                 Ok(Message::CodeRequest(hash_at(&b[2..])))
             }
             KIND_CODE_REPLY => {
-                need(b, 38)?;
+                need(b, CODE_REPLY_HEADER)?;
                 let len = be32(&b[2..]);
                 if len == 0 || len > MAX_CODE {
                     return Err(WireError::Length { field: "code", len, max: MAX_CODE });
                 }
-                exact(b, 38 + len)?;
-                Ok(Message::CodeReply { hash: hash_at(&b[6..]), code: &b[38..] })
+                exact(b, CODE_REPLY_HEADER + len)?;
+                Ok(Message::CodeReply { hash: hash_at(&b[6..]), code: &b[CODE_REPLY_HEADER..] })
             }
             k => Err(WireError::Kind(k)),
         }
