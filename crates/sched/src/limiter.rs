@@ -9,7 +9,9 @@
 //! token or is refused with the time until the next token. The table is
 //! bounded: when it is full, buckets that have refilled completely (which
 //! carry no state) are dropped; if none has, requests from principals not
-//! yet in the table are refused until one has (counted).
+//! yet in the table are refused until one has (counted). A full table is
+//! swept at most once per [`SWEEP_NS`], so a flood of newcomers costs a
+//! lookup each, not a walk of the whole table each.
 
 use crate::account::PrincipalId;
 use std::collections::HashMap;
@@ -32,9 +34,26 @@ pub struct RequestLimiter {
     /// time of the last update.
     buckets: HashMap<PrincipalId, (u64, u64)>,
     refused: u64,
+    /// When the full table was last swept for refilled buckets.
+    swept_ns: Option<u64>,
 }
 
 const UNIT: u64 = 1_000_000_000;
+
+/// The shortest time between two sweeps of a full table (1 ms): a bucket
+/// refills in no less than that at any rate worth tracking, and each sweep
+/// walks the whole table.
+pub const SWEEP_NS: u64 = 1_000_000;
+
+/// Whether a full table last swept at `swept` may be swept again at `now`
+/// (and, if so, records `now`).
+fn may_sweep(swept: &mut Option<u64>, now: u64) -> bool {
+    if swept.is_some_and(|s| now.saturating_sub(s) < SWEEP_NS && now >= s) {
+        return false;
+    }
+    *swept = Some(now);
+    true
+}
 
 impl RequestLimiter {
     /// `rate_per_sec` requests per second per principal (≥ 1), bursts of
@@ -46,6 +65,7 @@ impl RequestLimiter {
             max_principals: max_principals.max(1),
             buckets: HashMap::new(),
             refused: 0,
+            swept_ns: None,
         }
     }
 
@@ -60,12 +80,14 @@ impl RequestLimiter {
     /// [`RateLimited`] with the time until the next token (counted).
     pub fn check(&mut self, p: PrincipalId, now: u64) -> Result<(), RateLimited> {
         if !self.buckets.contains_key(&p) && self.buckets.len() >= self.max_principals {
-            let full = self.burst * UNIT;
-            let (rate, burst) = (self.rate_per_sec, self.burst);
-            self.buckets.retain(|_, b| {
-                let dt = now.saturating_sub(b.1);
-                b.0.saturating_add(dt.saturating_mul(rate)).min(burst * UNIT) < full
-            });
+            if may_sweep(&mut self.swept_ns, now) {
+                let full = self.burst * UNIT;
+                let (rate, burst) = (self.rate_per_sec, self.burst);
+                self.buckets.retain(|_, b| {
+                    let dt = now.saturating_sub(b.1);
+                    b.0.saturating_add(dt.saturating_mul(rate)).min(burst * UNIT) < full
+                });
+            }
             if self.buckets.len() >= self.max_principals {
                 self.refused += 1;
                 return Err(RateLimited { retry_after_ns: UNIT / self.rate_per_sec });
@@ -131,6 +153,18 @@ mod tests {
         // Once they have refilled, their state is dropped to make room.
         l.check(PrincipalId([3; 32]), 2_000 * MS).unwrap();
         assert!(l.tracked() <= 2);
+    }
+
+    #[test]
+    fn a_full_table_is_swept_at_most_once_per_millisecond() {
+        // 1,000 requests/s, bursts of 1: a spent bucket is full after 1 ms.
+        let mut l = RequestLimiter::new(1000, 1, 1);
+        l.check(PrincipalId([1; 32]), 0).unwrap();
+        assert!(l.check(PrincipalId([2; 32]), 999_999).is_err(), "swept then: 1 still spending");
+        // 1 is full from 1 ms on, but the table was swept 1 ns before that.
+        assert!(l.check(PrincipalId([2; 32]), MS + 500_000).is_err(), "no sweep within 1 ms");
+        l.check(PrincipalId([2; 32]), 2 * MS).unwrap();
+        assert_eq!(l.tracked(), 1);
     }
 }
 
@@ -201,17 +235,20 @@ impl ByteBucket {
 
 /// Byte buckets by key (principal, neighbour), at most `max` of them. When
 /// the table is full, buckets that have refilled (which carry no state) are
-/// forgotten; if none has, a key not yet in it is refused.
+/// forgotten; if none has, a key not yet in it is refused. A full table is
+/// swept at most once per [`SWEEP_NS`]: a flood of new keys costs a lookup
+/// each, not a walk of the table each.
 #[derive(Debug, Clone)]
 pub struct ByteBuckets<K> {
     map: HashMap<K, ByteBucket>,
     max: usize,
+    swept_ns: Option<u64>,
 }
 
 impl<K: Eq + core::hash::Hash + Copy> ByteBuckets<K> {
     /// An empty table of at most `max` buckets.
     pub fn new(max: usize) -> ByteBuckets<K> {
-        ByteBuckets { map: HashMap::new(), max }
+        ByteBuckets { map: HashMap::new(), max, swept_ns: None }
     }
 
     /// Takes `bytes` from `key`'s bucket at `now_ns`, the bucket made (full)
@@ -219,7 +256,9 @@ impl<K: Eq + core::hash::Hash + Copy> ByteBuckets<K> {
     /// enough in it, or no room for a new bucket (nothing taken).
     pub fn take(&mut self, key: K, (rate, burst): (u64, u64), bytes: u64, now_ns: u64) -> bool {
         if !self.map.contains_key(&key) && self.map.len() >= self.max {
-            self.map.retain(|_, b| !b.is_full(now_ns));
+            if may_sweep(&mut self.swept_ns, now_ns) {
+                self.map.retain(|_, b| !b.is_full(now_ns));
+            }
             if self.map.len() >= self.max {
                 return false;
             }
@@ -299,5 +338,24 @@ mod byte_bucket_tests {
         assert!(t.take(3u8, (1_000_000, 100), 50, S / 10 + 2_000_000));
         t.remove(&3);
         assert!(t.is_empty());
+    }
+
+    /// A flood of new keys at a full table walks it at most once per
+    /// `SWEEP_NS`: a bucket that refills between two sweeps is forgotten
+    /// at the next one, not at each newcomer.
+    #[test]
+    fn a_full_table_is_swept_at_most_once_per_millisecond() {
+        use super::{ByteBuckets, SWEEP_NS};
+        const US: u64 = 1_000;
+        // 1 MB/s, bursts of 100 B: an emptied bucket is full again in 100 µs.
+        let mut t = ByteBuckets::new(1);
+        assert!(t.take(1u8, (1_000_000, 100), 100, 0));
+        assert!(!t.take(2u8, (1_000_000, 100), 1, 0), "swept at 0: 1 is empty");
+        // 1 has refilled by 200 µs, but the last sweep was 200 µs ago.
+        for i in 0..1000u64 {
+            assert!(!t.take(2u8, (1_000_000, 100), 1, 200 * US + i * 100), "no sweep before 1 ms");
+        }
+        assert!(t.take(2u8, (1_000_000, 100), 1, SWEEP_NS), "swept again at 1 ms");
+        assert_eq!(t.len(), 1);
     }
 }
