@@ -49,6 +49,8 @@ pub mod sys {
         pub fn open_channel(port: i32, pp: *const u8, pl: i32, ep: *const u8, el: i32) -> i32;
         pub fn open_channel_spec(sp: *const u8, sl: i32, ep: *const u8, el: i32, vp: i32) -> i32;
         pub fn close_channel(h: i32) -> i32;
+        pub fn channel_tx(h: i32, bytes_per_sec: i64) -> i32;
+        pub fn channel_send(h: i32, dst: i32, port: i32, ptr: *const u8, len: i32) -> i32;
     }
     #[link(wasm_import_module = "time")]
     unsafe extern "C" {
@@ -261,9 +263,25 @@ pub mod net {
         })
         .map(Channel)
     }
-    /// Closes a channel.
+    /// Closes a channel (its transmit reservation goes back to the session).
     pub fn close_channel(c: Channel) -> Result<(), Error> {
         check(unsafe { super::sys::close_channel(c.0) }).map(|_| ())
+    }
+    /// Gives channel `c` `bytes_per_sec` of the session's transmit
+    /// reservation (0 gives it back): what it sends with [`channel_send`]
+    /// then holds a guarantee of its own on each paced link.
+    /// [`Error::Limit`]: the channels would reserve more than the session.
+    pub fn channel_tx(c: Channel, bytes_per_sec: u64) -> Result<(), Error> {
+        let bps = i64::try_from(bytes_per_sec).unwrap_or(i64::MAX);
+        check(unsafe { super::sys::channel_tx(c.0, bps) }).map(|_| ())
+    }
+    /// Sends `payload` to `dst:port` as [`send`] does, on channel `c` (its
+    /// transmit reservation, if it holds one).
+    pub fn channel_send(c: Channel, dst: u32, port: u16, payload: &[u8]) -> Result<(), Error> {
+        check(unsafe {
+            super::sys::channel_send(c.0, dst as i32, port as i32, payload.as_ptr(), payload.len() as i32)
+        })
+        .map(|_| ())
     }
 }
 

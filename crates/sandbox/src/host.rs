@@ -285,6 +285,9 @@ pub(crate) struct TenantState {
     pub heap: SharedHeap,
     /// What each of its modules' credentials lets it open channels for.
     pub channel_auth: HashMap<u32, anode_cred::ChannelAuthority>,
+    /// The principal's channel transmit reservations (`crate::txbook`),
+    /// shared with the sandbox, which the node reads.
+    pub tx: Arc<Mutex<crate::txbook::TxBook>>,
     /// Handle bytes this store has charged to `heap`.
     handles_charged: usize,
 }
@@ -325,6 +328,7 @@ impl TenantState {
             yields: false,
             heap,
             channel_auth: HashMap::new(),
+            tx: Arc::default(),
             handles_charged: 0,
         }
     }
@@ -483,6 +487,8 @@ pub const FUNCTIONS: &[(&str, &[&str])] = &[
             "open_channel",
             "open_channel_spec",
             "close_channel",
+            "channel_tx",
+            "channel_send",
         ],
     ),
     ("time", &["now_ms", "set_alarm", "cancel_alarm"]),
@@ -625,19 +631,25 @@ fn send_budget(c: &mut C<'_>, len: i32) -> Result<(), i32> {
     Ok(())
 }
 
+/// `net.send` and `net.channel_send`: `len` bytes at `ptr` to `dst:port`,
+/// on channel `flow` if given.
+fn send_packet(c: &mut C<'_>, (dst, port, ptr, len): (i32, i32, i32, i32), flow: Option<crate::txbook::Flow>) -> i32 {
+    if let Err(e) = send_budget(c, len) {
+        return e;
+    }
+    let Ok(port) = u16::try_from(port) else { return E_INVAL };
+    let Some(payload) = read(c, ptr, len, usize::MAX) else { return E_INVAL };
+    let d = c.data_mut();
+    d.call.sends += 1;
+    d.call.out.push(Action::SendPacket { principal: d.principal, dst: to_addr(dst), port, payload, flow });
+    0
+}
+
 fn define_net(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
     // send(dst, port, ptr, len) -> 0: a packet to dst (routed by the node)
     l.func_wrap("net", "send", |mut c: C<'_>, dst: i32, port: i32, ptr: i32, len: i32| -> i32 {
         charge_host(&mut c);
-        if let Err(e) = send_budget(&mut c, len) {
-            return e;
-        }
-        let Ok(port) = u16::try_from(port) else { return E_INVAL };
-        let Some(payload) = read(&mut c, ptr, len, usize::MAX) else { return E_INVAL };
-        let d = c.data_mut();
-        d.call.sends += 1;
-        d.call.out.push(Action::SendPacket { principal: d.principal, dst: to_addr(dst), port, payload });
-        0
+        send_packet(&mut c, (dst, port, ptr, len), None)
     })?;
     // deliver_local(port, ptr, len) -> 0: to a local application
     l.func_wrap("net", "deliver_local", |mut c: C<'_>, port: i32, ptr: i32, len: i32| -> i32 {
@@ -720,10 +732,42 @@ fn define_net(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
                 d.handles.remove(module, h);
                 d.sync_handles();
                 d.ops.push(HostOp::ChannelClosed { module: ModuleId(module), handle: h });
+                if let Ok(mut b) = d.tx.lock() {
+                    b.remove(crate::txbook::Flow { module, handle: h });
+                }
                 0
             }
             _ => E_NOTFOUND,
         }
+    })?;
+    // channel_tx(handle, bytes_per_sec) -> 0 | E_*: gives open channel
+    // `handle` that much of the session's transmit reservation (0 gives it
+    // back); what it sends with channel_send is then its own flow on each
+    // paced link (docs/rcane.md, "Transmit reservations of channels").
+    l.func_wrap("net", "channel_tx", |mut c: C<'_>, h: i32, bps: i64| -> i32 {
+        charge_host(&mut c);
+        let Ok(bps) = u64::try_from(bps) else { return E_INVAL };
+        let d = c.data_mut();
+        let module = d.call.module;
+        if !matches!(d.handles.get(module, h), Some(Obj::Channel { .. })) {
+            return E_NOTFOUND;
+        }
+        let Ok(mut b) = d.tx.lock() else { return E_CONTEXT };
+        match b.set(crate::txbook::Flow { module, handle: h }, bps) {
+            Ok(()) => 0,
+            Err(_) => E_LIMIT,
+        }
+    })?;
+    // channel_send(handle, dst, port, ptr, len) -> 0 | E_*: send as
+    // net.send does, on open channel `handle` (its flow, with the channel's
+    // transmit reservation if it holds one).
+    l.func_wrap("net", "channel_send", |mut c: C<'_>, h: i32, dst: i32, port: i32, ptr: i32, len: i32| -> i32 {
+        charge_host(&mut c);
+        let module = c.data().call.module;
+        if !matches!(c.data().handles.get(module, h), Some(Obj::Channel { .. })) {
+            return E_NOTFOUND;
+        }
+        send_packet(&mut c, (dst, port, ptr, len), Some(crate::txbook::Flow { module, handle: h }))
     })?;
     Ok(())
 }

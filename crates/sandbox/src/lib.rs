@@ -34,6 +34,7 @@ pub mod ping;
 pub mod pods;
 mod sandbox;
 pub mod state;
+pub mod txbook;
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -49,6 +50,7 @@ pub use sandbox::{
     DEFAULT_YIELD_FUEL, Invocation, InvokeError, Job, JobKind, LoadError, LoadSpec, ModuleCounters, ModuleInfo,
     ModuleKind, Sandbox, SandboxConfig, SandboxCounters, SetupError, Step, Task,
 };
+pub use txbook::{Flow, TxBook, TxBookError};
 
 /// Most entries one module may register.
 pub const MAX_ENTRIES: usize = 32;
@@ -87,6 +89,10 @@ pub enum Action {
         port: u16,
         /// Payload.
         payload: Vec<u8>,
+        /// The channel it was sent on (`net.channel_send`): with a transmit
+        /// reservation of its own, its flow on a paced link; `None` for
+        /// `net.send` (the session's other packets).
+        flow: Option<Flow>,
     },
     /// Send a capsule-protocol message (capsule, code request or code reply)
     /// to the neighbour `to`.

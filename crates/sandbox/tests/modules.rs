@@ -399,7 +399,13 @@ fn channels_demux_and_alarms_fire() {
     assert_eq!(sb.deliver(now(5), addr(2), 4000, b"hi there", &mut out), 1);
     assert_eq!(
         out,
-        vec![Action::SendPacket { principal: user(), dst: addr(2), port: 4001, payload: b"hi there".to_vec() }]
+        vec![Action::SendPacket {
+            principal: user(),
+            dst: addr(2),
+            port: 4001,
+            payload: b"hi there".to_vec(),
+            flow: None
+        }]
     );
     out.clear();
     assert_eq!(sb.deliver(now(5), addr(2), 4000, b"bye", &mut out), 0, "prefix does not match");

@@ -81,7 +81,7 @@ fn stat(sb: &mut Sandbox, id: ModuleId, name: &str) -> i32 {
 fn sends(out: &[Action]) -> Vec<(std::net::Ipv4Addr, u16, &[u8])> {
     out.iter()
         .map(|a| match a {
-            Action::SendPacket { principal, dst, port, payload } => {
+            Action::SendPacket { principal, dst, port, payload, .. } => {
                 assert_eq!(*principal, user());
                 (*dst, *port, &payload[..])
             }

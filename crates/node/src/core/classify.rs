@@ -214,6 +214,7 @@ impl Node {
                             data: Data::Input(f.base..f.end),
                             owner: Owner::BestEffort,
                             unsealed: false,
+                            flow: None,
                         });
                     }
                     None => self.counters.drop(Drop::UnknownType),

@@ -196,5 +196,5 @@ enum StagingOr {
 /// of the control plane, done for System (sealed for that SA by the caller).
 pub(super) fn send_control(out: &mut Outbox, iface: usize, to: SocketAddr, parts: &[&[u8]]) {
     let data = out.push_frame(anep::TYPE_CONTROL, parts);
-    out.transmits.push(Transmit { iface, to, data, owner: Owner::System, unsealed: false });
+    out.transmits.push(Transmit { iface, to, data, owner: Owner::System, unsealed: false, flow: None });
 }

@@ -70,7 +70,7 @@ impl Node {
         // A 12-byte buffer always holds the header.
         let _ = plain::Repr { dst, src: here, ttl, port }.emit(&mut hdr);
         let data = out.push_frame(anep::TYPE_PLAIN, &[&hdr, payload]);
-        out.transmits.push(Transmit { iface, to, data, owner, unsealed: false });
+        out.transmits.push(Transmit { iface, to, data, owner, unsealed: false, flow: None });
     }
 
     /// A payload for `port` at this node, from `src`, that is not in the
@@ -183,7 +183,14 @@ impl Node {
                         }
                         _ => out.push_frame(anep::TYPE_SNAP, &[bytes]),
                     };
-                    out.transmits.push(Transmit { iface, to, data, owner: Owner::BestEffort, unsealed: false });
+                    out.transmits.push(Transmit {
+                        iface,
+                        to,
+                        data,
+                        owner: Owner::BestEffort,
+                        unsealed: false,
+                        flow: None,
+                    });
                 }
                 Action::Deliver { port, payload } => {
                     let bytes = res.bytes(payload, &buf[ps..]);
@@ -254,6 +261,7 @@ impl Node {
             data: Data::Input(f.base..f.end),
             owner: Owner::BestEffort,
             unsealed: false,
+            flow: None,
         });
     }
 }

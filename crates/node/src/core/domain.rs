@@ -218,7 +218,7 @@ impl Node {
         match self.env.route(Ipv4Addr::from(dest)) {
             Some((iface, to)) => {
                 let data = out.push_frame(anep::TYPE_DOMAIN, &[envelope]);
-                out.transmits.push(Transmit { iface, to, data, owner: Owner::BestEffort, unsealed: false });
+                out.transmits.push(Transmit { iface, to, data, owner: Owner::BestEffort, unsealed: false, flow: None });
             }
             None => self.counters.drop(Drop::NoRoute),
         }

@@ -109,6 +109,10 @@ pub struct Transmit {
     /// ([`Node::seal_for`]; only on the interfaces of
     /// [`Node::set_seal_at_send`], with security on).
     pub unsealed: bool,
+    /// The owner's channel it was sent on (`net.channel_send`), if any: a
+    /// flow of its own on a paced link, with the channel's transmit
+    /// reservation (docs/rcane.md, "Transmit reservations of channels").
+    pub flow: Option<anode_sandbox::Flow>,
 }
 
 /// A payload for a local application.

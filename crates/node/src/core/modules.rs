@@ -304,12 +304,23 @@ impl Node {
                     Some((iface, ep)) => {
                         let data = out.push_frame(anep::TYPE_CAPSULE, &[&bytes]);
                         let owner = principal.map_or(Owner::System, Owner::Principal);
-                        out.transmits.push(Transmit { iface, to: ep, data, owner, unsealed: false });
+                        out.transmits.push(Transmit { iface, to: ep, data, owner, unsealed: false, flow: None });
                     }
                     None => self.counters.drop(Drop::NoRoute),
                 },
-                Action::SendPacket { principal, dst, port, payload } => {
+                Action::SendPacket { principal, dst, port, payload, flow } => {
+                    // A channel holding a transmit reservation is a flow of
+                    // its own on paced links; any other packet goes with
+                    // the session's others.
+                    let flow = flow
+                        .filter(|f| self.modules.as_ref().is_some_and(|m| m.sb.flow_tx(&principal, Some(*f)).1 > 0));
+                    let n = out.transmits.len();
                     self.send_plain(dst, port, 64, &payload, Owner::Principal(principal), out);
+                    if let Some(f) = flow {
+                        for t in out.transmits.iter_mut().skip(n) {
+                            t.flow = Some(f);
+                        }
+                    }
                 }
                 Action::DeliverLocal { principal, port, payload } => {
                     self.deliver_to_app(port, &payload, Owner::Principal(principal), out);

@@ -54,14 +54,21 @@ impl Node {
                 anode_sec::Output::Handshake { to, msg, .. } => {
                     let Some(iface) = g.iface_of(&to).or(rx_iface) else { continue };
                     let data = out.push_frame(anep::TYPE_HANDSHAKE, &[&msg]);
-                    out.transmits.push(Transmit { iface, to, data, owner: Owner::System, unsealed: false });
+                    out.transmits.push(Transmit { iface, to, data, owner: Owner::System, unsealed: false, flow: None });
                 }
                 anode_sec::Output::Keepalive { peer } => {
                     let Some(to) = g.links.endpoint_of(peer) else { continue };
                     let Some(iface) = g.iface_of(&to).or(rx_iface) else { continue };
                     if let Some(data) = seal_into(g, peer, &mut out.arena, Inner::Empty, now_ms) {
                         self.counters.keepalives_tx += 1;
-                        out.transmits.push(Transmit { iface, to, data, owner: Owner::System, unsealed: false });
+                        out.transmits.push(Transmit {
+                            iface,
+                            to,
+                            data,
+                            owner: Owner::System,
+                            unsealed: false,
+                            flow: None,
+                        });
                     }
                 }
                 anode_sec::Output::Established { peer, rekey } => {

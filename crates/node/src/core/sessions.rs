@@ -382,6 +382,23 @@ impl Node {
         s.by_principal.get(&p).map_or(0, |sid| s.rcane.tx_reserved(*sid))
     }
 
+    /// The transmit reservation of one of `p`'s flows, bytes/s: of its
+    /// channel `flow` (what it reserved with `net.channel_tx`, 0 if
+    /// nothing), or with `None` of the rest of its packets (its session's
+    /// reservation less what its channels reserve). What a paced link
+    /// turns into each flow's guarantee.
+    pub fn flow_tx_of(&self, p: PrincipalId, flow: Option<anode_sandbox::Flow>) -> u64 {
+        let session = self.tx_reserved_of(p);
+        if session == 0 {
+            return 0;
+        }
+        let (channels, own) = self.modules.as_ref().map_or((0, 0), |m| m.sb.flow_tx(&p, flow));
+        match flow {
+            Some(_) => own.min(session),
+            None => session.saturating_sub(channels),
+        }
+    }
+
     /// Whether RCANE scheduling is on.
     pub fn rcane_on(&self) -> bool {
         self.sched.is_some()
@@ -759,24 +776,29 @@ impl Node {
             s.counters.session_refused += 1;
         }
         if matches!(reply, Reply::Granted { .. } | Reply::Closed { .. }) {
-            self.sync_session_heaps();
+            self.sync_session_reservations();
         }
         reply.to_bytes().unwrap_or_default()
     }
 
-    /// Gives the sandbox each principal's session heap reservation (of the
-    /// session its modules run in, when it reserved one), and clears those
-    /// of principals whose session is gone or reserves none.
-    pub(super) fn sync_session_heaps(&mut self) {
+    /// Gives the sandbox each principal's session heap and transmit
+    /// reservations (of the session its modules run in, when it reserved
+    /// them), and clears those of principals whose session is gone or
+    /// reserves none.
+    pub(super) fn sync_session_reservations(&mut self) {
         let Some(s) = self.sched.as_mut() else { return };
         let now_ns = s.rcane.sched().now();
         let pairs: Vec<(PrincipalId, SessionId)> = s.by_principal.iter().map(|(p, sid)| (*p, *sid)).collect();
         let mut want: HashMap<PrincipalId, usize> = HashMap::new();
+        let mut want_tx: HashMap<PrincipalId, u64> = HashMap::new();
         for (p, sid) in pairs {
-            if let Ok(i) = s.rcane.session_info(sid, now_ns)
-                && i.heap_bytes > 0
-            {
-                want.insert(p, usize::try_from(i.heap_bytes).unwrap_or(usize::MAX));
+            if let Ok(i) = s.rcane.session_info(sid, now_ns) {
+                if i.heap_bytes > 0 {
+                    want.insert(p, usize::try_from(i.heap_bytes).unwrap_or(usize::MAX));
+                }
+                if i.tx_bytes_per_sec > 0 {
+                    want_tx.insert(p, i.tx_bytes_per_sec);
+                }
             }
         }
         let Some(m) = self.modules.as_mut() else { return };
@@ -787,6 +809,14 @@ impl Node {
         }
         for (p, b) in want {
             m.sb.set_session_heap(p, Some(b));
+        }
+        for p in m.sb.session_tx_principals() {
+            if !want_tx.contains_key(&p) {
+                m.sb.set_session_tx(p, None);
+            }
+        }
+        for (p, b) in want_tx {
+            m.sb.set_session_tx(p, Some(b));
         }
     }
 
@@ -855,7 +885,7 @@ impl Node {
         };
         match self.open_session(principal, credential, &req, false, now_ms) {
             anode_sched::wire::Reply::Granted { session, .. } => {
-                self.sync_session_heaps();
+                self.sync_session_reservations();
                 Ok(session)
             }
             other => Err(StaticSessionError { principal, answer: format!("{other:?}") }),
@@ -948,7 +978,7 @@ impl Node {
         let granted = matches!(reply, anode_sched::wire::Reply::Granted { .. });
         tracing::debug!(%module, %principal, bytes, granted, "module heap request");
         if granted {
-            self.sync_session_heaps();
+            self.sync_session_reservations();
         } else if let Some(s) = self.sched.as_mut() {
             s.counters.session_refused += 1;
         }
@@ -1019,7 +1049,7 @@ impl Node {
         for sid in gone {
             self.end_session(sid, anode_sched::CloseReason::PrincipalGone, &why, now_ms);
         }
-        self.sync_session_heaps();
+        self.sync_session_reservations();
     }
 
     /// Closes sessions whose credentials expired.
@@ -1040,7 +1070,7 @@ impl Node {
         for sid in due {
             self.end_session(sid, anode_sched::CloseReason::CredentialExpired, "its credential expired", now_ms);
         }
-        self.sync_session_heaps();
+        self.sync_session_reservations();
     }
 
     /// Ends session `sid` for `reason` (the node's decision, not its

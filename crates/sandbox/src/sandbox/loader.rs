@@ -108,6 +108,7 @@ impl Sandbox {
     fn tenant_entry(&mut self, principal: PrincipalId) -> &mut Tenant {
         let entries = self.cfg.state_entries;
         let session_heap = self.session_heaps.get(&principal).copied();
+        let session_tx = self.session_txs.get(&principal).copied().unwrap_or(0);
         let signal = self.heap_signal.clone();
         self.tenants.entry(principal).or_insert_with(|| Tenant {
             modules: None,
@@ -117,6 +118,11 @@ impl Sandbox {
             mem_cap: 0,
             session_heap,
             heap: HeapAccount::shared(signal, session_heap),
+            tx: {
+                let mut b = crate::txbook::TxBook::default();
+                b.set_session(session_tx);
+                Arc::new(Mutex::new(b))
+            },
         })
     }
 
@@ -141,6 +147,7 @@ impl Sandbox {
         let mut data =
             TenantState::new(principal, t.cap(), t.heap.clone(), t.state.clone(), self.routes.clone(), self.cfg.host);
         data.pods = Some(self.pods.clone());
+        data.tx = t.tx.clone();
         let mut store = Store::new(&self.engine, data);
         store.limiter(|d| &mut d.limiter);
         let mut yields = false;
@@ -360,6 +367,9 @@ impl Sandbox {
         self.channels.remove_module(id);
         self.forget_pod_client(id);
         if let Some(t) = self.tenants.get_mut(&m.principal) {
+            if let Ok(mut b) = t.tx.lock() {
+                b.remove_module(id.0);
+            }
             if let Some(s) = t.slot(m.kind).as_mut() {
                 match s.store.as_mut() {
                     Some(st) => {

@@ -500,6 +500,9 @@ struct Tenant {
     /// Its one heap account (`crate::heap`): both stores and its host
     /// state draw from it; with `session_heap` set, bounded by it.
     heap: SharedHeap,
+    /// Its channels' transmit reservations, within its session's
+    /// (`crate::txbook`), shared with its stores.
+    tx: Arc<Mutex<crate::txbook::TxBook>>,
 }
 
 impl Tenant {
@@ -639,6 +642,9 @@ pub struct Sandbox {
     capsule_jobs: Vec<Job>,
     /// Session heap reservations by principal ([`Sandbox::set_session_heap`]).
     session_heaps: HashMap<PrincipalId, usize>,
+    /// Session transmit reservations by principal, bytes/s
+    /// ([`Sandbox::set_session_tx`]).
+    session_txs: HashMap<PrincipalId, u64>,
     /// Set by a heap account when it flags pressure (`crate::heap`).
     heap_signal: Arc<std::sync::atomic::AtomicBool>,
     pending: usize,
@@ -699,6 +705,7 @@ impl Sandbox {
             defer_capsules: false,
             capsule_jobs: Vec::new(),
             session_heaps: HashMap::new(),
+            session_txs: HashMap::new(),
             heap_signal: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             pending: 0,
             next_id: 1,
@@ -773,6 +780,46 @@ impl Sandbox {
             t.apply_cap();
             crate::heap::with(&t.heap, |a| a.set_reservation(bytes));
         }
+    }
+
+    /// Sets (or, with `None`, clears) the transmit reservation of
+    /// `principal`'s session, bytes/s: its channels may reserve parts of it
+    /// (`net.channel_tx`); lowering it releases the channels that asked
+    /// last until the rest fit (`crate::txbook`).
+    pub fn set_session_tx(&mut self, principal: PrincipalId, bytes_per_sec: Option<u64>) {
+        match bytes_per_sec {
+            Some(b) => {
+                self.session_txs.insert(principal, b);
+            }
+            None => {
+                self.session_txs.remove(&principal);
+            }
+        }
+        if let Some(t) = self.tenants.get(&principal)
+            && let Ok(mut b) = t.tx.lock()
+        {
+            b.set_session(bytes_per_sec.unwrap_or(0));
+        }
+    }
+
+    /// The principals with a session transmit reservation set.
+    pub fn session_tx_principals(&self) -> Vec<PrincipalId> {
+        self.session_txs.keys().copied().collect()
+    }
+
+    /// A copy of `principal`'s channel transmit reservations (`None`
+    /// before it has loaded anything).
+    pub fn tx_book(&self, principal: &PrincipalId) -> Option<crate::txbook::TxBook> {
+        self.tenants.get(principal).and_then(|t| t.tx.lock().ok().map(|b| b.clone()))
+    }
+
+    /// What `principal`'s channels reserve together, and `flow`'s own
+    /// reservation (0 if it holds none), bytes/s: what the node's link
+    /// scheduler reads for each packet of a principal.
+    pub fn flow_tx(&self, principal: &PrincipalId, flow: Option<crate::txbook::Flow>) -> (u64, u64) {
+        let Some(t) = self.tenants.get(principal) else { return (0, 0) };
+        let Ok(b) = t.tx.lock() else { return (0, 0) };
+        (b.channels_total(), flow.and_then(|f| b.channel(f)).unwrap_or(0))
     }
 
     /// `principal`'s heap account: its reservation, what is charged to it
