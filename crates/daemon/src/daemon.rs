@@ -168,7 +168,7 @@ pub struct Daemon {
     /// Which interfaces are paced (fixed at start), read without the lock.
     pub(crate) paced: Arc<[bool]>,
     /// What the paced links released, reused wakeup after wakeup.
-    pub(crate) released: Vec<(anode_node::core::Owner, crate::pacer::Queued)>,
+    pub(crate) released: Vec<(crate::pacer::TxKey, crate::pacer::Queued)>,
     /// The batch's datagrams their paced links let go at once (outbox,
     /// transmission), reused batch after batch.
     pub(crate) send_now: Vec<(usize, usize)>,

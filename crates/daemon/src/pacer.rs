@@ -18,7 +18,7 @@
 use anode_node::config::InterfaceConfig;
 use anode_node::core::{Node, Owner};
 use anode_node::counters::Drop;
-use anode_sandbox::PrincipalId;
+use anode_sandbox::Flow;
 use anode_sched::tx::{ClientInfo, Guarantee, LinkSched, TxConfig, TxError};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -28,6 +28,30 @@ use tracing::warn;
 
 /// The guarantee period unless `tx_period_us` says otherwise: the paper's 6 ms.
 pub(crate) const DEFAULT_PERIOD_NS: u64 = 6_000_000;
+
+/// A client of a paced link: an owner and, for a principal's channel with
+/// a transmit reservation of its own (`net.channel_tx`), that channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct TxKey {
+    pub(crate) owner: Owner,
+    pub(crate) flow: Option<Flow>,
+}
+
+impl TxKey {
+    /// The owner's packets not sent on a reserved channel.
+    pub(crate) fn of(owner: Owner) -> TxKey {
+        TxKey { owner, flow: None }
+    }
+}
+
+impl core::fmt::Display for TxKey {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self.flow {
+            Some(flow) => write!(f, "{} {flow}", self.owner),
+            None => write!(f, "{}", self.owner),
+        }
+    }
+}
 
 /// A datagram waiting for its link.
 #[derive(Debug)]
@@ -53,11 +77,11 @@ impl Queued {
 /// One paced link.
 #[derive(Debug)]
 pub(crate) struct Link {
-    sched: LinkSched<Owner, Queued>,
+    sched: LinkSched<TxKey, Queued>,
     period_ns: u64,
-    /// The reservation (bytes/s) each principal's guarantee was last made
-    /// from, and whether the link refused it.
-    applied: HashMap<PrincipalId, (u64, bool)>,
+    /// The reservation (bytes/s) each principal's flow's guarantee was last
+    /// made from, and whether the link refused it.
+    applied: HashMap<TxKey, (u64, bool)>,
     /// Guarantees the link refused (the sum would exceed the link).
     refused: u64,
     /// Datagrams it let go at once, unqueued ([`Pacer::send_burst`]; also
@@ -74,8 +98,9 @@ pub(crate) struct Pacer {
     spare: Vec<Vec<u8>>,
     /// Which interfaces are paced.
     mask: Arc<[bool]>,
-    /// Scratch list of a link's principals, reused by [`Pacer::follow_all`].
-    principals: Vec<PrincipalId>,
+    /// Scratch list of a link's flows with their old and new reservations,
+    /// reused by [`Pacer::follow_all`].
+    flows: Vec<(TxKey, u64, u64)>,
 }
 
 /// Most spare buffers kept.
@@ -109,13 +134,13 @@ impl Pacer {
                 // The node's own traffic (handshakes, keepalives, control
                 // replies) goes first, even on a link booked to the last
                 // percent.
-                sched.set_priority(Owner::System, true).ok()?;
+                sched.set_priority(TxKey::of(Owner::System), true).ok()?;
                 Some(Link { sched, period_ns, applied: HashMap::new(), refused: 0, sent_at_once: 0 })
             })
             .collect();
         let links: Vec<Option<Link>> = links;
         let mask = links.iter().map(Option::is_some).collect();
-        Pacer { links, mask, spare: Vec::new(), principals: Vec::new() }
+        Pacer { links, mask, spare: Vec::new(), flows: Vec::new() }
     }
 
     /// Takes back the buffer of a datagram that was sent, for the next one
@@ -151,20 +176,18 @@ impl Pacer {
         &mut self,
         node: &mut Node,
         iface: usize,
-        owner: Owner,
+        key: TxKey,
         to: SocketAddr,
         bytes: &[u8],
         seal: Option<usize>,
         now_ns: u64,
     ) {
         let Some(Some(link)) = self.links.get_mut(iface) else { return };
-        if let Owner::Principal(p) = owner {
-            link.follow(p, node.tx_reserved_of(p), now_ns);
-        }
+        link.follow_key(node, key, now_ns);
         // The link time of the datagram as it will go: sealed.
         let len = u32::try_from(bytes.len() + seal.unwrap_or(0)).unwrap_or(u32::MAX);
         let q = queued(&mut self.spare, to, bytes, seal);
-        match link.sched.try_enqueue(owner, len, q, now_ns) {
+        match link.sched.try_enqueue(key, len, q, now_ns) {
             Ok(()) => {}
             Err((e, q)) => {
                 // The buffer is kept for the next datagram.
@@ -187,17 +210,15 @@ impl Pacer {
         &mut self,
         node: &Node,
         iface: usize,
-        owner: Owner,
+        key: TxKey,
         lens: &[u32],
         (at_ns, now_ns): (u64, u64),
         datagram: impl Fn(usize) -> Option<(SocketAddr, &'b [u8], Option<usize>)>,
     ) -> Option<usize> {
         let Some(Some(link)) = self.links.get_mut(iface) else { return None };
-        if let Owner::Principal(p) = owner {
-            link.follow(p, node.tx_reserved_of(p), now_ns);
-        }
+        link.follow_key(node, key, now_ns);
         let spare = &mut self.spare;
-        let m = link.sched.send_burst(owner, lens, at_ns, now_ns, |i| match datagram(i) {
+        let m = link.sched.send_burst(key, lens, at_ns, now_ns, |i| match datagram(i) {
             Some((to, bytes, seal)) => queued(spare, to, bytes, seal),
             // Cannot happen: the caller's indices are the burst's own.
             // Were one missing, its item would go as an empty datagram to
@@ -212,7 +233,7 @@ impl Pacer {
     /// order the link sends them (so the receiver's replay window sees
     /// sequence numbers in order whatever the link's clients waited). A
     /// datagram whose neighbour has no SA now is dropped (`no_sa`).
-    pub(crate) fn seal_released(&mut self, node: &mut Node, got: &mut Vec<(Owner, Queued)>) {
+    pub(crate) fn seal_released(&mut self, node: &mut Node, got: &mut Vec<(TxKey, Queued)>) {
         let mut i = 0;
         while let Some((_, q)) = got.get_mut(i) {
             if !q.seal {
@@ -232,24 +253,37 @@ impl Pacer {
         }
     }
 
-    /// Makes every guarantee follow its principal's current reservation
-    /// (a closed session's guarantee is released here even if it never
-    /// sends again).
+    /// Makes every guarantee follow its flow's current reservation (a
+    /// closed session's or channel's guarantee is released here even if it
+    /// never sends again). Guarantees that shrink go first, so that link
+    /// time a session moves to one of its channels is free when the
+    /// channel asks for it.
     pub(crate) fn follow_all(&mut self, node: &Node, now_ns: u64) {
-        let mut ps = std::mem::take(&mut self.principals);
+        let mut flows = std::mem::take(&mut self.flows);
         for link in self.links.iter_mut().flatten() {
-            ps.clear();
-            ps.extend(link.applied.keys().copied());
-            for &p in &ps {
-                link.follow(p, node.tx_reserved_of(p), now_ns);
+            flows.clear();
+            for (k, (old, _)) in &link.applied {
+                if let Owner::Principal(p) = k.owner {
+                    flows.push((*k, *old, node.flow_tx_of(p, k.flow)));
+                }
+            }
+            for &(k, old, new) in &flows {
+                if new < old {
+                    link.follow(k, new, now_ns);
+                }
+            }
+            for &(k, old, new) in &flows {
+                if new > old {
+                    link.follow(k, new, now_ns);
+                }
             }
         }
-        self.principals = ps;
+        self.flows = flows;
     }
 
     /// Takes the datagrams of `iface` that may go at `now_ns` into `out`
     /// (cleared first), with their owners.
-    pub(crate) fn release(&mut self, iface: usize, now_ns: u64, out: &mut Vec<(Owner, Queued)>) {
+    pub(crate) fn release(&mut self, iface: usize, now_ns: u64, out: &mut Vec<(TxKey, Queued)>) {
         out.clear();
         let Some(Some(link)) = self.links.get_mut(iface) else { return };
         while let Some(r) = link.sched.poll(now_ns) {
@@ -332,14 +366,25 @@ fn spare_buf(spare: &mut Vec<Vec<u8>>) -> Vec<u8> {
 }
 
 impl Link {
-    /// Makes `p`'s guarantee on this link the one its reservation of
+    /// Makes the guarantee of `key`, a packet's client, follow its
+    /// reservation. A principal's channel follows after the principal's
+    /// other packets, whose share it takes from.
+    fn follow_key(&mut self, node: &Node, key: TxKey, now_ns: u64) {
+        let Owner::Principal(p) = key.owner else { return };
+        if key.flow.is_some() {
+            self.follow(TxKey::of(key.owner), node.flow_tx_of(p, None), now_ns);
+        }
+        self.follow(key, node.flow_tx_of(p, key.flow), now_ns);
+    }
+
+    /// Makes `key`'s guarantee on this link the one its reservation of
     /// `bytes_per_sec` maps to, if that changed since last time.
-    fn follow(&mut self, p: PrincipalId, bytes_per_sec: u64, now_ns: u64) {
-        if self.applied.get(&p).is_some_and(|(b, _)| *b == bytes_per_sec) {
+    fn follow(&mut self, key: TxKey, bytes_per_sec: u64, now_ns: u64) {
+        if self.applied.get(&key).is_some_and(|(b, _)| *b == bytes_per_sec) {
             return;
         }
         let g = Guarantee::from_bytes_per_sec(bytes_per_sec, self.sched.config().rate_bps, self.period_ns);
-        let ok = match self.sched.set_guarantee(Owner::Principal(p), g, now_ns) {
+        let ok = match self.sched.set_guarantee(key, g, now_ns) {
             Ok(()) => true,
             Err(e) => {
                 // The sessions' reservations are admitted against the
@@ -348,14 +393,14 @@ impl Link {
                 // as best effort on this link (and keeps any guarantee it
                 // had).
                 self.refused += 1;
-                warn!(principal = %p, error = %e, "a transmit reservation does not fit this link");
+                warn!(flow = %key, error = %e, "a transmit reservation does not fit this link");
                 false
             }
         };
         if bytes_per_sec == 0 && ok {
-            self.applied.remove(&p);
+            self.applied.remove(&key);
         } else {
-            self.applied.insert(p, (bytes_per_sec, ok));
+            self.applied.insert(key, (bytes_per_sec, ok));
         }
     }
 }

@@ -252,7 +252,7 @@ impl Daemon {
                 // Only what the kernel took is charged: a datagram it
                 // refused (EAGAIN, say) is counted as a transmit error.
                 let took = got.iter().enumerate().filter(|(i, _)| sent.get(*i));
-                charge_runs(&mut self.node, took.map(|(_, (owner, q))| (*owner, q.bytes().len() as u64)));
+                charge_runs(&mut self.node, took.map(|(_, (key, q))| (key.owner, q.bytes().len() as u64)));
                 for (_, q) in got.drain(..) {
                     pacer.recycle(q);
                 }
@@ -307,7 +307,7 @@ fn enqueue_one(
 ) {
     let mut bytes = out.bytes(&t.data, buf);
     if !frag.too_long(sealed_len(t, bytes)) {
-        pacer.enqueue(node, t.iface, t.owner, t.to, bytes, seal_overhead(t), at_ns);
+        pacer.enqueue(node, t.iface, key_of(t), t.to, bytes, seal_overhead(t), at_ns);
         return;
     }
     if t.unsealed {
@@ -322,8 +322,14 @@ fn enqueue_one(
         return;
     }
     for p in pieces.iter() {
-        pacer.enqueue(node, t.iface, t.owner, t.to, p, None, at_ns);
+        pacer.enqueue(node, t.iface, key_of(t), t.to, p, None, at_ns);
     }
+}
+
+/// The link client transmission `t` is queued under: its owner, and its
+/// channel's flow if it was sent on one.
+fn key_of(t: &anode_node::core::Transmit) -> crate::pacer::TxKey {
+    crate::pacer::TxKey { owner: t.owner, flow: t.flow }
 }
 
 /// What sealing will add to transmission `t` when its link sends it: the
@@ -375,8 +381,9 @@ pub(crate) fn send_or_enqueue_paced(
         for (i, (out, buf)) in outs.iter().zip(bufs.iter()).enumerate() {
             for (j, t) in out.transmits.iter().enumerate().filter(|(_, t)| t.iface == iface) {
                 let len = sealed_len(t, out.bytes(&t.data, buf));
-                one &= !frag.too_long(len) && owner.is_none_or(|o| o == t.owner);
-                owner = Some(t.owner);
+                let key = key_of(t);
+                one &= !frag.too_long(len) && owner.is_none_or(|o| o == key);
+                owner = Some(key);
                 burst.push((i, j));
                 lens.push(u32::try_from(len).unwrap_or(u32::MAX));
             }
