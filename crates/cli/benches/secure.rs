@@ -32,8 +32,10 @@
 //! `cargo bench -p anode --bench secure`; `ANODE_BENCH_QUICK=1` for a smoke
 //! run. `ANODE_BENCH_TRIAL_S` (default 2), `ANODE_BENCH_REPS` (default 6),
 //! `ANODE_BENCH_PINGS` (default 1000), `ANODE_BENCH_ONLY` (a comma list of
-//! `throughput`, `latency`, `datapath`; default the first two). Results:
-//! docs/benchmarks.md, "SANE" and "Data path".
+//! `throughput`, `latency`, `datapath`, `pacing`, `workers`; default the
+//! first two; `workers` takes `ANODE_BENCH_OFFER_PPS`, a comma list of
+//! offered rates; `ANODE_BENCH_SOURCES`, the generator's source ports,
+//! default 16). Results: docs/benchmarks.md, "SANE" and "Data path".
 
 #[path = "relay/mod.rs"]
 mod relay;
@@ -402,11 +404,14 @@ struct Rig {
     gso: bool,
     /// More source sockets for the generator's bursts, in turn with a's
     /// own (one SA: b opens by SPI), so that SO_REUSEPORT spreads them
-    /// over b's workers.
+    /// over b's workers (`ANODE_BENCH_SOURCES` in all, 16 by default).
     extra: Vec<UdpSocket>,
     /// Datagrams the generator handed to the kernel in the last trial's
     /// window.
     offered: f64,
+    /// When set, the generator offers this many datagrams a second (sleeping
+    /// between bursts) instead of as many as it can.
+    offer_pps: Option<f64>,
     /// Bytes received at the sink (with GRO a receive holds several
     /// datagrams, all of one length in a trial).
     sink: Arc<AtomicU64>,
@@ -446,7 +451,10 @@ impl Rig {
             thread::sleep(Duration::from_millis(5));
         }
         let (sink, stop, sink_thread) = sink(c, t0);
-        let extra = (0..3).map(|_| UdpSocket::bind("127.0.0.1:0").expect("source")).collect();
+        // Sixteen source ports in all: the SO_REUSEPORT hash of four put 73 %
+        // of the datagrams on one of two workers in one run.
+        let sources = env_num("ANODE_BENCH_SOURCES", 16.0).max(1.0) as usize;
+        let extra = (1..sources).map(|_| UdpSocket::bind("127.0.0.1:0").expect("source")).collect();
         Rig {
             mode,
             label: tag.to_string(),
@@ -456,6 +464,7 @@ impl Rig {
             gso,
             extra,
             offered: 0.0,
+            offer_pps: None,
             sink,
             stop,
             sink_thread,
@@ -479,6 +488,7 @@ impl Rig {
             gso: true,
             extra: Vec::new(),
             offered: 0.0,
+            offer_pps: None,
             sink,
             stop,
             sink_thread,
@@ -503,6 +513,7 @@ impl Rig {
             gso,
             extra: Vec::new(),
             offered: 0.0,
+            offer_pps: None,
             sink,
             stop,
             sink_thread,
@@ -537,14 +548,24 @@ impl Rig {
         let a = &mut self.a;
         let extra = &self.extra;
         let offered = AtomicU64::new(0);
+        let offer_pps = self.offer_pps;
         thread::scope(|sc| {
             sc.spawn(|| {
+                let start = Instant::now();
                 let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); BATCH];
                 let mut lens = [0usize; BATCH];
                 let addrs = [Some(SockaddrStorage::from(b_in)); BATCH];
                 let mut hdrs = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
                 let mut turn = 0usize;
                 while !stop.load(Ordering::Relaxed) {
+                    // A paced generator sleeps until its next burst is due
+                    // (late, it sends at once and catches up).
+                    if let Some(r) = offer_pps {
+                        let due = start + Duration::from_secs_f64(offered.load(Ordering::Relaxed) as f64 / r);
+                        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                            thread::sleep(wait);
+                        }
+                    }
                     let t = now_ms(t0);
                     turn = (turn + 1) % (extra.len() + 1);
                     let fd = if turn == 0 { a.sock.as_raw_fd() } else { extra[turn - 1].as_raw_fd() };
@@ -717,6 +738,79 @@ fn datapath(dir: &Path, reps: usize, window: Duration, report: &mut String, paci
         }
     }
     compare(rigs, pads, reps, window, t0, report);
+}
+
+/// Issue 19, two workers against one when the load generator is not the
+/// bottleneck: the generator offers a fixed rate (sleeping between bursts,
+/// so it takes only the CPU that rate needs) instead of all it can, and the
+/// rate steps up past what one worker forwards. One worker is bounded by
+/// one CPU; two may use what the generator and the sink leave of the
+/// second. `ANODE_BENCH_OFFER_PPS` (a comma list) sets the rates.
+fn workers_sweep(dir: &Path, reps: usize, window: Duration, report: &mut String) {
+    let t0 = Instant::now();
+    let rates: Vec<f64> = std::env::var("ANODE_BENCH_OFFER_PPS")
+        .unwrap_or_else(|_| "200000,300000,350000,400000,450000,500000".into())
+        .split(',')
+        .filter_map(|r| r.trim().parse().ok())
+        .collect();
+    // `ANODE_BENCH_WORKERS_MODE=off`: security off, so that little of a
+    // datagram's work is done holding the node's lock.
+    let plain = std::env::var("ANODE_BENCH_WORKERS_MODE").is_ok_and(|m| m == "off");
+    let mode = if plain { None } else { Some(Mode::Encrypt) };
+    let mut rigs = vec![
+        Rig::start(dir, mode, t0, "io-on", "", true),
+        Rig::start(dir, mode, t0, "io-on-2-workers", "workers = 2", true),
+    ];
+    let size = 1400;
+    // (rate, rig) -> trials of (delivered, offered, µs per packet).
+    let mut res = vec![vec![Vec::new(); rigs.len()]; rates.len()];
+    for rep in 0..reps {
+        for (ri, rate) in rates.iter().enumerate() {
+            for k in 0..rigs.len() {
+                let g = (k + rep + ri) % rigs.len();
+                rigs[g].offer_pps = Some(*rate);
+                let (got, us) = rigs[g].trial(size, 0, window, t0);
+                let offered = rigs[g].offered;
+                eprintln!(
+                    "  rep {rep} offer {rate:.0} {}: {got:.0} pkt/s ({offered:.0} offered), {us:.2} µs/pkt",
+                    rigs[g].label
+                );
+                res[ri][g].push((got, offered, us));
+            }
+        }
+    }
+    for r in &rigs {
+        if let Forwarder::Node(d) = &r.b {
+            let _ = writeln!(report, "\n`{}` io counters: {}", r.label, d.status()["io"]);
+        }
+    }
+    let _ = writeln!(
+        report,
+        "\n## Two workers against one, the generator paced ({size} B, security {})\n",
+        mode_name(mode)
+    );
+    let _ = writeln!(report, "Medians over {reps} trials per cell; b's CPU in cores = pkt/s × µs per packet.\n");
+    let _ = writeln!(
+        report,
+        "| offered (target) | forwarder | offered pkt/s | pkt/s at sink | delivered / offered | CPU µs per packet | b's CPU, cores |"
+    );
+    let _ = writeln!(report, "|---:|---|---:|---:|---:|---:|---:|");
+    for (ri, rate) in rates.iter().enumerate() {
+        for (g, r) in rigs.iter().enumerate() {
+            let t = &res[ri][g];
+            let got = median(&t.iter().map(|x| x.0).collect::<Vec<_>>());
+            let off = median(&t.iter().map(|x| x.1).collect::<Vec<_>>());
+            let us = median(&t.iter().map(|x| x.2).collect::<Vec<_>>());
+            let _ = writeln!(
+                report,
+                "| {rate:.0} | {} | {off:.0} | {got:.0} | {:.3} | {us:.2} | {:.2} |",
+                r.label,
+                got / off,
+                got * us / 1e6
+            );
+        }
+    }
+    rigs.clear();
 }
 
 /// Trials of `rigs` alternated, `reps` times at each size (`pads`: what each
@@ -900,6 +994,9 @@ fn main() {
     }
     if wants("datapath") || wants("pacing") {
         datapath(&dir, reps, window, &mut report, !wants("datapath"));
+    }
+    if wants("workers") {
+        workers_sweep(&dir, reps, window, &mut report);
     }
     if wants("latency") {
         latency(&dir, pings, &mut report);
