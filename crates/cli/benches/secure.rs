@@ -34,8 +34,10 @@
 //! `ANODE_BENCH_PINGS` (default 1000), `ANODE_BENCH_ONLY` (a comma list of
 //! `throughput`, `latency`, `datapath`, `pacing`, `workers`; default the
 //! first two; `workers` takes `ANODE_BENCH_OFFER_PPS`, a comma list of
-//! offered rates; `ANODE_BENCH_SOURCES`, the generator's source ports,
-//! default 16). Results: docs/benchmarks.md, "SANE" and "Data path".
+//! offered rates, `ANODE_BENCH_WORKERS_MODE=off` for security off, and
+//! `ANODE_BENCH_WORKERS_EXTRA`, more `[io]` lines for a third rig of two
+//! workers; `ANODE_BENCH_SOURCES`, the generator's source ports, default
+//! 16). Results: docs/benchmarks.md, "SANE" and "Data path".
 
 #[path = "relay/mod.rs"]
 mod relay;
@@ -761,6 +763,10 @@ fn workers_sweep(dir: &Path, reps: usize, window: Duration, report: &mut String)
         Rig::start(dir, mode, t0, "io-on", "", true),
         Rig::start(dir, mode, t0, "io-on-2-workers", "workers = 2", true),
     ];
+    if let Ok(io) = std::env::var("ANODE_BENCH_WORKERS_EXTRA") {
+        // A third rig: two workers with more `[io]` settings (`spin_us = 0`, say).
+        rigs.push(Rig::start(dir, mode, t0, "io-on-2-workers-extra", &format!("workers = 2\n{io}"), true));
+    }
     let size = 1400;
     // (rate, rig) -> trials of (delivered, offered, µs per packet).
     let mut res = vec![vec![Vec::new(); rigs.len()]; rates.len()];
@@ -769,7 +775,14 @@ fn workers_sweep(dir: &Path, reps: usize, window: Duration, report: &mut String)
             for k in 0..rigs.len() {
                 let g = (k + rep + ri) % rigs.len();
                 rigs[g].offer_pps = Some(*rate);
+                let fwd = |r: &Rig| match &r.b {
+                    Forwarder::Node(d) => d.status()["packets"]["plain_forwarded"].as_u64().unwrap_or(0),
+                    _ => 0,
+                };
+                let f0 = fwd(&rigs[g]);
                 let (got, us) = rigs[g].trial(size, 0, window, t0);
+                let f1 = fwd(&rigs[g]);
+                eprintln!("  b forwarded {} datagrams in the trial", f1.saturating_sub(f0));
                 let offered = rigs[g].offered;
                 eprintln!(
                     "  rep {rep} offer {rate:.0} {}: {got:.0} pkt/s ({offered:.0} offered), {us:.2} µs/pkt",
