@@ -34,7 +34,8 @@
 //! `ANODE_BENCH_PINGS` (default 1000), `ANODE_BENCH_ONLY` (a comma list of
 //! `throughput`, `latency`, `datapath`, `pacing`, `workers`; default the
 //! first two; `workers` takes `ANODE_BENCH_OFFER_PPS`, a comma list of
-//! offered rates, `ANODE_BENCH_WORKERS_MODE=off` for security off, and
+//! offered rates, `ANODE_BENCH_WORKERS_MODE=off` for security off,
+//! `ANODE_BENCH_WORKERS_MODULES=1` for b with modules (RCANE) on, and
 //! `ANODE_BENCH_WORKERS_EXTRA`, more `[io]` lines for a third rig of two
 //! workers; `ANODE_BENCH_SOURCES`, the generator's source ports, default
 //! 16). Results: docs/benchmarks.md, "SANE" and "Data path".
@@ -759,13 +760,20 @@ fn workers_sweep(dir: &Path, reps: usize, window: Duration, report: &mut String)
     // datagram's work is done holding the node's lock.
     let plain = std::env::var("ANODE_BENCH_WORKERS_MODE").is_ok_and(|m| m == "off");
     let mode = if plain { None } else { Some(Mode::Encrypt) };
+    // `ANODE_BENCH_WORKERS_MODULES=1`: b with modules on, and so RCANE's
+    // sessions and charging, as a node that runs modules is.
+    let modules = if std::env::var("ANODE_BENCH_WORKERS_MODULES").is_ok_and(|m| m == "1") {
+        format!("[modules]\nadmin_key = \"{}\"\n", id(9).public())
+    } else {
+        String::new()
+    };
     let mut rigs = vec![
-        Rig::start(dir, mode, t0, "io-on", "", true),
-        Rig::start(dir, mode, t0, "io-on-2-workers", "workers = 2", true),
+        Rig::start(dir, mode, t0, "io-on", &format!("\n{modules}"), true),
+        Rig::start(dir, mode, t0, "io-on-2-workers", &format!("workers = 2\n{modules}"), true),
     ];
     if let Ok(io) = std::env::var("ANODE_BENCH_WORKERS_EXTRA") {
         // A third rig: two workers with more `[io]` settings (`spin_us = 0`, say).
-        rigs.push(Rig::start(dir, mode, t0, "io-on-2-workers-extra", &format!("workers = 2\n{io}"), true));
+        rigs.push(Rig::start(dir, mode, t0, "io-on-2-workers-extra", &format!("workers = 2\n{io}\n{modules}"), true));
     }
     let size = 1400;
     // (rate, rig) -> trials of (delivered, offered, µs per packet).

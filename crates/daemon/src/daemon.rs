@@ -655,6 +655,10 @@ impl Daemon {
         let now_ns = self.now_ns();
         let (charges, events) = self.node.drain_charges(now_ns);
         self.charged = false;
+        // The workers' next charge wakes the loop for the next flush.
+        if let Some(shared) = &self.shared {
+            shared.charged.store(false, Ordering::Relaxed);
+        }
         if let Some((w, at)) = self.ledger.as_mut() {
             w.send(charges, &events);
             *at = Instant::now();
@@ -855,7 +859,11 @@ impl Daemon {
     fn kicked(&mut self) {
         let Some(shared) = self.shared.clone() else { return };
         let _ = shared.kick.read();
-        if shared.charged.swap(false, Ordering::Relaxed) {
+        // Left set until the charges are drained (`record_charges`), so that
+        // the workers wake the loop for their charges once per ledger flush,
+        // not once per batch: measured, 6,800 wake-ups a second, each taking
+        // the node's lock from the workers.
+        if shared.charged.load(Ordering::Relaxed) {
             self.charged = true;
         }
         if let Some(e) = shared.tx_error.lock().take() {

@@ -364,8 +364,8 @@ impl Worker {
                 if self.rcane {
                     let used = crate::daemon::thread_cpu_ns().saturating_sub(cpu0);
                     charge_batch(&mut g, &mut self.rx, k, used);
-                    // The first charge since the event loop last looked
-                    // wakes it, so that it schedules the ledger's flush.
+                    // The first charge since the ledger's last flush wakes
+                    // the event loop, so that it schedules the next.
                     kick |= !shared.charged.swap(true, Ordering::Relaxed);
                 }
                 kick |= g.next_due_ns().is_some_and(|d| d < shared.armed_ns.load(Ordering::Relaxed));
