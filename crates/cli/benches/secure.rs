@@ -800,11 +800,7 @@ fn workers_sweep(dir: &Path, reps: usize, window: Duration, report: &mut String)
             }
         }
     }
-    for r in &rigs {
-        if let Forwarder::Node(d) = &r.b {
-            let _ = writeln!(report, "\n`{}` io counters: {}", r.label, d.status()["io"]);
-        }
-    }
+    report_io(&rigs, report);
     let _ = writeln!(
         report,
         "\n## Two workers against one, the generator paced ({size} B, security {})\n",
@@ -834,6 +830,15 @@ fn workers_sweep(dir: &Path, reps: usize, window: Duration, report: &mut String)
     rigs.clear();
 }
 
+/// Each node rig's `io` counters (GSO, GRO, workers), for the report.
+fn report_io(rigs: &[Rig], report: &mut String) {
+    for r in rigs {
+        if let Forwarder::Node(d) = &r.b {
+            let _ = writeln!(report, "\n`{}` io counters: {}", r.label, d.status()["io"]);
+        }
+    }
+}
+
 /// Trials of `rigs` alternated, `reps` times at each size (`pads`: what each
 /// rig's generator adds to a datagram), and their table in `report`.
 fn compare(mut rigs: Vec<Rig>, pads: Vec<usize>, reps: usize, window: Duration, t0: Instant, report: &mut String) {
@@ -854,11 +859,7 @@ fn compare(mut rigs: Vec<Rig>, pads: Vec<usize>, reps: usize, window: Duration, 
             }
         }
     }
-    for r in &rigs {
-        if let Forwarder::Node(d) = &r.b {
-            let _ = writeln!(report, "\n`{}` io counters: {}", r.label, d.status()["io"]);
-        }
-    }
+    report_io(&rigs, report);
     let _ = writeln!(report, "\n## Data path: through b with encryption, GSO runs in, GRO at the sink\n");
     let _ = writeln!(
         report,

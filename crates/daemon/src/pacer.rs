@@ -371,10 +371,13 @@ impl Link {
     /// other packets, whose share it takes from.
     fn follow_key(&mut self, node: &Node, key: TxKey, now_ns: u64) {
         let Owner::Principal(p) = key.owner else { return };
+        let (rest, own) = node.flow_txs_of(p, key.flow);
         if key.flow.is_some() {
-            self.follow(TxKey::of(key.owner), node.flow_tx_of(p, None), now_ns);
+            self.follow(TxKey::of(key.owner), rest, now_ns);
+            self.follow(key, own, now_ns);
+        } else {
+            self.follow(key, rest, now_ns);
         }
-        self.follow(key, node.flow_tx_of(p, key.flow), now_ns);
     }
 
     /// Makes `key`'s guarantee on this link the one its reservation of

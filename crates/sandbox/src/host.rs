@@ -631,6 +631,13 @@ fn send_budget(c: &mut C<'_>, len: i32) -> Result<(), i32> {
     Ok(())
 }
 
+/// Handle `h` as a transmit flow, if it is an open channel of the calling
+/// module (`net.channel_tx`, `net.channel_send`).
+fn channel_flow(d: &TenantState, h: i32) -> Option<crate::txbook::Flow> {
+    let module = d.call.module;
+    matches!(d.handles.get(module, h), Some(Obj::Channel { .. })).then_some(crate::txbook::Flow { module, handle: h })
+}
+
 /// `net.send` and `net.channel_send`: `len` bytes at `ptr` to `dst:port`,
 /// on channel `flow` if given.
 fn send_packet(c: &mut C<'_>, (dst, port, ptr, len): (i32, i32, i32, i32), flow: Option<crate::txbook::Flow>) -> i32 {
@@ -747,13 +754,10 @@ fn define_net(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
     l.func_wrap("net", "channel_tx", |mut c: C<'_>, h: i32, bps: i64| -> i32 {
         charge_host(&mut c);
         let Ok(bps) = u64::try_from(bps) else { return E_INVAL };
-        let d = c.data_mut();
-        let module = d.call.module;
-        if !matches!(d.handles.get(module, h), Some(Obj::Channel { .. })) {
-            return E_NOTFOUND;
-        }
+        let d = c.data();
+        let Some(flow) = channel_flow(d, h) else { return E_NOTFOUND };
         let Ok(mut b) = d.tx.lock() else { return E_CONTEXT };
-        match b.set(crate::txbook::Flow { module, handle: h }, bps) {
+        match b.set(flow, bps) {
             Ok(()) => 0,
             Err(_) => E_LIMIT,
         }
@@ -763,11 +767,8 @@ fn define_net(l: &mut Linker<TenantState>) -> wasmtime::Result<()> {
     // transmit reservation if it holds one).
     l.func_wrap("net", "channel_send", |mut c: C<'_>, h: i32, dst: i32, port: i32, ptr: i32, len: i32| -> i32 {
         charge_host(&mut c);
-        let module = c.data().call.module;
-        if !matches!(c.data().handles.get(module, h), Some(Obj::Channel { .. })) {
-            return E_NOTFOUND;
-        }
-        send_packet(&mut c, (dst, port, ptr, len), Some(crate::txbook::Flow { module, handle: h }))
+        let Some(flow) = channel_flow(c.data(), h) else { return E_NOTFOUND };
+        send_packet(&mut c, (dst, port, ptr, len), Some(flow))
     })?;
     Ok(())
 }

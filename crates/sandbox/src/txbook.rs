@@ -93,7 +93,7 @@ impl TxBook {
     /// reserve more than the session; the old reservation stays.
     pub fn set(&mut self, flow: Flow, bytes_per_sec: u64) -> Result<(), TxBookError> {
         if bytes_per_sec == 0 {
-            self.channels.remove(&flow);
+            self.remove(flow);
             return Ok(());
         }
         let others = self.channels_total().saturating_sub(self.channel(flow).unwrap_or(0));

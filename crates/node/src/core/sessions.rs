@@ -388,15 +388,19 @@ impl Node {
     /// reservation less what its channels reserve). What a paced link
     /// turns into each flow's guarantee.
     pub fn flow_tx_of(&self, p: PrincipalId, flow: Option<anode_sandbox::Flow>) -> u64 {
+        let (rest, own) = self.flow_txs_of(p, flow);
+        if flow.is_some() { own } else { rest }
+    }
+
+    /// Both reservations of [`Node::flow_tx_of`] at once, bytes/s: of the
+    /// rest of `p`'s packets, and of its channel `flow` (0 without one).
+    pub fn flow_txs_of(&self, p: PrincipalId, flow: Option<anode_sandbox::Flow>) -> (u64, u64) {
         let session = self.tx_reserved_of(p);
         if session == 0 {
-            return 0;
+            return (0, 0);
         }
         let (channels, own) = self.modules.as_ref().map_or((0, 0), |m| m.sb.flow_tx(&p, flow));
-        match flow {
-            Some(_) => own.min(session),
-            None => session.saturating_sub(channels),
-        }
+        (session.saturating_sub(channels), own.min(session))
     }
 
     /// Whether RCANE scheduling is on.
