@@ -32,9 +32,10 @@
 //! `cargo bench -p anode --bench secure`; `ANODE_BENCH_QUICK=1` for a smoke
 //! run. `ANODE_BENCH_TRIAL_S` (default 2), `ANODE_BENCH_REPS` (default 6),
 //! `ANODE_BENCH_PINGS` (default 1000), `ANODE_BENCH_ONLY` (a comma list of
-//! `throughput`, `latency`, `datapath`, `pacing`, `workers`; default the
-//! first two; `workers` takes `ANODE_BENCH_OFFER_PPS`, a comma list of
-//! offered rates, `ANODE_BENCH_WORKERS_MODE=off` for security off,
+//! `throughput`, `latency`, `datapath`, `pacing`, `workers`,
+//! `pacing-sweep`; default the first two; `pacing-sweep` and `workers` take `ANODE_BENCH_OFFER_PPS`, a comma list of
+//! offered rates, `pacing-sweep` `ANODE_BENCH_SIZE` (default 1400);
+//! `workers` takes `ANODE_BENCH_WORKERS_MODE=off` for security off,
 //! `ANODE_BENCH_WORKERS_MODULES=1` for b with modules (RCANE) on, and
 //! `ANODE_BENCH_WORKERS_EXTRA`, more `[io]` lines for a third rig of two
 //! workers; `ANODE_BENCH_SOURCES`, the generator's source ports, default
@@ -751,11 +752,6 @@ fn datapath(dir: &Path, reps: usize, window: Duration, report: &mut String, paci
 /// second. `ANODE_BENCH_OFFER_PPS` (a comma list) sets the rates.
 fn workers_sweep(dir: &Path, reps: usize, window: Duration, report: &mut String) {
     let t0 = Instant::now();
-    let rates: Vec<f64> = std::env::var("ANODE_BENCH_OFFER_PPS")
-        .unwrap_or_else(|_| "200000,300000,350000,400000,450000,500000".into())
-        .split(',')
-        .filter_map(|r| r.trim().parse().ok())
-        .collect();
     // `ANODE_BENCH_WORKERS_MODE=off`: security off, so that little of a
     // datagram's work is done holding the node's lock.
     let plain = std::env::var("ANODE_BENCH_WORKERS_MODE").is_ok_and(|m| m == "off");
@@ -775,7 +771,44 @@ fn workers_sweep(dir: &Path, reps: usize, window: Duration, report: &mut String)
         // A third rig: two workers with more `[io]` settings (`spin_us = 0`, say).
         rigs.push(Rig::start(dir, mode, t0, "io-on-2-workers-extra", &format!("workers = 2\n{io}\n{modules}"), true));
     }
-    let size = 1400;
+    let title = format!("Two workers against one, the generator paced (1400 B, security {})", mode_name(mode));
+    sweep(rigs, 1400, "200000,300000,350000,400000,450000,500000", &title, (reps, window, t0), report);
+}
+
+/// Issue 15, transmit scheduling on against off with the generator paced
+/// (`ANODE_BENCH_ONLY=pacing-sweep`): b unpaced and b with its link to c
+/// paced far above what it forwards (as in [`datapath`]), encryption on,
+/// at fixed offered rates around what b forwards, so that the generator
+/// takes the same CPU in both trials of a rate and what b delivers past
+/// saturation is what its own CPU allows. `ANODE_BENCH_SIZE` (default
+/// 1400) and `ANODE_BENCH_OFFER_PPS` (a comma list).
+fn pacing_sweep(dir: &Path, reps: usize, window: Duration, report: &mut String) {
+    let t0 = Instant::now();
+    let size = env_num("ANODE_BENCH_SIZE", 1400.0) as usize;
+    let rigs = vec![
+        Rig::start(dir, Some(Mode::Encrypt), t0, "io-on", "", true),
+        Rig::start_with(dir, Some(Mode::Encrypt), t0, "io-on-paced", "", true, "rate_bps = 40000000000\n"),
+    ];
+    let default = if size < 700 { "500000,600000,700000,800000,900000" } else { "250000,300000,350000,400000" };
+    let title = format!("Transmit scheduling on against off, the generator paced ({size} B, encrypted)");
+    sweep(rigs, size, default, &title, (reps, window, t0), report);
+}
+
+/// Trials of `rigs` at each offered rate of `ANODE_BENCH_OFFER_PPS` (or
+/// `default`), alternated, and their table under `title` in `report`.
+fn sweep(
+    mut rigs: Vec<Rig>,
+    size: usize,
+    default: &str,
+    title: &str,
+    (reps, window, t0): (usize, Duration, Instant),
+    report: &mut String,
+) {
+    let rates: Vec<f64> = std::env::var("ANODE_BENCH_OFFER_PPS")
+        .unwrap_or_else(|_| default.into())
+        .split(',')
+        .filter_map(|r| r.trim().parse().ok())
+        .collect();
     // (rate, rig) -> trials of (delivered, offered, µs per packet).
     let mut res = vec![vec![Vec::new(); rigs.len()]; rates.len()];
     for rep in 0..reps {
@@ -801,18 +834,15 @@ fn workers_sweep(dir: &Path, reps: usize, window: Duration, report: &mut String)
         }
     }
     report_io(&rigs, report);
-    let _ = writeln!(
-        report,
-        "\n## Two workers against one, the generator paced ({size} B, security {})\n",
-        mode_name(mode)
-    );
+    let _ = writeln!(report, "\n## {title}\n");
     let _ = writeln!(report, "Medians over {reps} trials per cell; b's CPU in cores = pkt/s × µs per packet.\n");
     let _ = writeln!(
         report,
-        "| offered (target) | forwarder | offered pkt/s | pkt/s at sink | delivered / offered | CPU µs per packet | b's CPU, cores |"
+        "| offered (target) | forwarder | offered pkt/s | pkt/s at sink | delivered / offered | CPU µs per packet | b's CPU, cores | pkt/s / first rig's |"
     );
-    let _ = writeln!(report, "|---:|---|---:|---:|---:|---:|---:|");
+    let _ = writeln!(report, "|---:|---|---:|---:|---:|---:|---:|---:|");
     for (ri, rate) in rates.iter().enumerate() {
+        let first = res[ri].first().map_or(f64::NAN, |t| median(&t.iter().map(|x| x.0).collect::<Vec<_>>()));
         for (g, r) in rigs.iter().enumerate() {
             let t = &res[ri][g];
             let got = median(&t.iter().map(|x| x.0).collect::<Vec<_>>());
@@ -820,10 +850,11 @@ fn workers_sweep(dir: &Path, reps: usize, window: Duration, report: &mut String)
             let us = median(&t.iter().map(|x| x.2).collect::<Vec<_>>());
             let _ = writeln!(
                 report,
-                "| {rate:.0} | {} | {off:.0} | {got:.0} | {:.3} | {us:.2} | {:.2} |",
+                "| {rate:.0} | {} | {off:.0} | {got:.0} | {:.3} | {us:.2} | {:.2} | {:.3} |",
                 r.label,
                 got / off,
-                got * us / 1e6
+                got * us / 1e6,
+                got / first
             );
         }
     }
@@ -1019,6 +1050,9 @@ fn main() {
     }
     if wants("workers") {
         workers_sweep(&dir, reps, window, &mut report);
+    }
+    if wants("pacing-sweep") {
+        pacing_sweep(&dir, reps, window, &mut report);
     }
     if wants("latency") {
         latency(&dir, pings, &mut report);

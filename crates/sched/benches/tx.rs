@@ -2,7 +2,10 @@
 //! on a 100 Mbit/s link with 3 and 64 backlogged clients (half of them
 //! guaranteed, guarantees summing to 90 % of the link, 6 ms periods, the
 //! rest best effort), 1,456-byte packets, on a virtual clock that advances
-//! by each packet's link time.
+//! by each packet's link time. And `send_burst`: a burst of 32 packets of
+//! 100 or 1,456 bytes from one best-effort client on a link far faster than
+//! it (40 Gbit/s, as the forwarding bench's paced node), all of which go at
+//! once (criterion's time is per burst, its throughput per packet).
 #![allow(clippy::unwrap_used)]
 
 use anode_sched::tx::{Guarantee, LinkSched, TxConfig};
@@ -47,5 +50,29 @@ fn per_packet(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, per_packet);
+fn burst(c: &mut Criterion) {
+    let mut g = c.benchmark_group("tx_burst_32");
+    for len in [100u32, LEN] {
+        let mut l: LinkSched<u32, ()> = LinkSched::new(TxConfig::new(40_000_000_000)).unwrap();
+        let lens = [len; 32];
+        let step = 32 * l.link_ns(len);
+        // Each burst arrived one burst's link time before it is handed
+        // over (as a receive batch before the core is done with it), so
+        // the whole burst goes.
+        let mut now = MS;
+        assert_eq!(l.send_burst(7, &lens, now - step, now, |_| ()), Some(32));
+        g.throughput(criterion::Throughput::Elements(32));
+        g.bench_function(BenchmarkId::new("send_burst", len), |b| {
+            b.iter(|| {
+                now += step;
+                let m = l.send_burst(7, black_box(&lens), now - step, now, |_| ());
+                debug_assert_eq!(m, Some(32));
+                black_box(m)
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, per_packet, burst);
 criterion_main!(benches);
