@@ -170,12 +170,13 @@ impl Daemon {
         };
         let mut now = std::mem::take(&mut self.send_now);
         now.clear();
+        let mut rest = true;
         let skip = if let Some(now_ns) = clock {
             // Datagrams of a receive batch joined their links when they arrived.
             let at_ns = if matches!(from, Outs::Rx(_)) { self.batch_at_ns.min(now_ns) } else { now_ns };
             let mut pacer = self.pacer.lock();
             let (frag, tally, burst) = (&mut self.frag, &mut self.tally, &mut self.burst);
-            send_or_enqueue_paced(
+            rest = send_or_enqueue_paced(
                 &mut pacer,
                 &mut self.node,
                 frag,
@@ -199,7 +200,9 @@ impl Daemon {
             off: &mut self.offload,
             skip: skip.as_deref().unwrap_or(&[]),
         };
-        send_transmits(&mut tx, outs, bufs);
+        if rest {
+            send_transmits(&mut tx, outs, bufs);
+        }
         if !now.is_empty() {
             send_paced_now(&mut tx, &mut self.node, outs, bufs, &now);
         }
@@ -358,6 +361,9 @@ fn sealed_len(t: &anode_node::core::Transmit, bytes: &[u8]) -> usize {
 /// after them, and sent before [`Daemon::pace`] sends that, so the SA's
 /// sequence numbers still follow the link's order. Otherwise each is
 /// queued ([`enqueue_one`]).
+///
+/// Returns false when every transmission of `outs` was for a paced
+/// interface, so that [`send_transmits`] has nothing to look for.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn send_or_enqueue_paced(
     pacer: &mut Pacer,
@@ -368,8 +374,11 @@ pub(crate) fn send_or_enqueue_paced(
     (at_ns, now_ns): (u64, u64),
     now: &mut Vec<(usize, usize)>,
     (burst, lens): &mut (Vec<(usize, usize)>, Vec<u32>),
-) {
+) -> bool {
     let mut scratch = (Vec::new(), Vec::new());
+    // Transmissions in all, and those for paced interfaces.
+    let total: usize = outs.iter().map(|o| o.transmits.len()).sum();
+    let mut paced = 0;
     for iface in 0..pacer.len() {
         if !pacer.paced(iface) {
             continue;
@@ -389,6 +398,7 @@ pub(crate) fn send_or_enqueue_paced(
             }
         }
         let Some(owner) = owner else { continue };
+        paced += burst.len();
         let went = if one {
             let (o, b): (&[Outbox], &[Vec<u8>]) = (outs, bufs);
             pacer.send_burst(node, iface, owner, lens, (at_ns, now_ns), |k| {
@@ -421,13 +431,15 @@ pub(crate) fn send_or_enqueue_paced(
             }
         }
     }
+    paced < total
 }
 
 /// Sends the datagrams that their paced links let go at once
 /// ([`send_or_enqueue_paced`]: transmission `j` of outbox `i` for each
-/// `(i, j)`), in order, a GSO run or `sendmmsg` per [`BATCH`] per
-/// interface, and charges each one the kernel took to its owner's session
-/// (as [`Daemon::pace`] does for the ones it releases).
+/// `(i, j)`, grouped by interface as it lists them), in order, a GSO run or
+/// `sendmmsg` per [`BATCH`] per interface, in one pass, and charges each
+/// one the kernel took to its owner's session (as [`Daemon::pace`] does for
+/// the ones it releases).
 pub(crate) fn send_paced_now(
     tx: &mut Tx<'_>,
     node: &mut Node,
@@ -435,33 +447,37 @@ pub(crate) fn send_paced_now(
     bufs: &[Vec<u8>],
     now: &[(usize, usize)],
 ) {
-    for (iface, sock) in tx.udp.iter().enumerate() {
-        let mine = now.iter().filter_map(|&(i, j)| {
-            let (out, buf) = (outs.get(i)?, bufs.get(i).map_or(&[][..], Vec::as_slice));
-            out.transmits.get(j).filter(|t| t.iface == iface).map(|t| (t, out.bytes(&t.data, buf)))
-        });
-        let mut iovs = [[IoSlice::new(&[])]; BATCH];
-        let mut addrs: [Option<SockaddrStorage>; BATCH] = [None; BATCH];
-        let mut owners = [(Owner::BestEffort, 0u64); BATCH];
-        let mut k = 0;
-        let mut flush =
-            |tx: &mut Tx<'_>, iovs: &[[IoSlice<'_>; 1]], addrs: &[Option<SockaddrStorage>], owners: &[(Owner, u64)]| {
-                let sent = send_chunk(tx, sock, iface, iovs, addrs);
-                charge_runs(node, owners.iter().enumerate().filter(|(n, _)| sent.get(*n)).map(|(_, o)| *o));
-            };
-        for (t, bytes) in mine {
-            iovs[k] = [IoSlice::new(bytes)];
-            addrs[k] = Some(SockaddrStorage::from(t.to));
-            owners[k] = (t.owner, bytes.len() as u64);
-            k += 1;
-            if k == BATCH {
-                flush(tx, &iovs, &addrs, &owners);
-                k = 0;
-            }
+    let mut iovs = [[IoSlice::new(&[])]; BATCH];
+    let mut addrs: [Option<SockaddrStorage>; BATCH] = [None; BATCH];
+    let mut owners = [(Owner::BestEffort, 0u64); BATCH];
+    let mut k = 0;
+    let mut cur = usize::MAX;
+    let flush = |tx: &mut Tx<'_>,
+                 node: &mut Node,
+                 iface: usize,
+                 iovs: &[[IoSlice<'_>; 1]],
+                 addrs: &[Option<SockaddrStorage>],
+                 owners: &[(Owner, u64)]| {
+        let Some(sock) = tx.udp.get(iface) else { return };
+        let sent = send_chunk(tx, sock, iface, iovs, addrs);
+        charge_runs(node, owners.iter().enumerate().filter(|(n, _)| sent.get(*n)).map(|(_, o)| *o));
+    };
+    for &(i, j) in now {
+        let (Some(out), Some(buf)) = (outs.get(i), bufs.get(i)) else { continue };
+        let Some(t) = out.transmits.get(j) else { continue };
+        if k > 0 && (t.iface != cur || k == BATCH) {
+            flush(tx, node, cur, &iovs[..k], &addrs[..k], &owners[..k]);
+            k = 0;
         }
-        if k > 0 {
-            flush(tx, &iovs[..k], &addrs[..k], &owners[..k]);
-        }
+        cur = t.iface;
+        let bytes = out.bytes(&t.data, buf);
+        iovs[k] = [IoSlice::new(bytes)];
+        addrs[k] = Some(SockaddrStorage::from(t.to));
+        owners[k] = (t.owner, bytes.len() as u64);
+        k += 1;
+    }
+    if k > 0 {
+        flush(tx, node, cur, &iovs[..k], &addrs[..k], &owners[..k]);
     }
 }
 
