@@ -781,14 +781,20 @@ fn workers_sweep(dir: &Path, reps: usize, window: Duration, report: &mut String)
 /// at fixed offered rates around what b forwards, so that the generator
 /// takes the same CPU in both trials of a rate and what b delivers past
 /// saturation is what its own CPU allows. `ANODE_BENCH_SIZE` (default
-/// 1400) and `ANODE_BENCH_OFFER_PPS` (a comma list).
+/// 1400), `ANODE_BENCH_OFFER_PPS` (a comma list) and
+/// `ANODE_BENCH_PACING_AA=1` (an A/A check: both rigs unpaced).
 fn pacing_sweep(dir: &Path, reps: usize, window: Duration, report: &mut String) {
     let t0 = Instant::now();
     let size = env_num("ANODE_BENCH_SIZE", 1400.0) as usize;
-    let rigs = vec![
-        Rig::start(dir, Some(Mode::Encrypt), t0, "io-on", "", true),
-        Rig::start_with(dir, Some(Mode::Encrypt), t0, "io-on-paced", "", true, "rate_bps = 40000000000\n"),
-    ];
+    // `ANODE_BENCH_PACING_AA=1`: the second rig unpaced too, the same
+    // node twice, to see what the harness alone makes of two rigs.
+    let aa = std::env::var("ANODE_BENCH_PACING_AA").is_ok_and(|v| v == "1");
+    let second = if aa {
+        Rig::start(dir, Some(Mode::Encrypt), t0, "io-on-again", "", true)
+    } else {
+        Rig::start_with(dir, Some(Mode::Encrypt), t0, "io-on-paced", "", true, "rate_bps = 40000000000\n")
+    };
+    let rigs = vec![Rig::start(dir, Some(Mode::Encrypt), t0, "io-on", "", true), second];
     let default = if size < 700 { "500000,600000,700000,800000,900000" } else { "250000,300000,350000,400000" };
     let title = format!("Transmit scheduling on against off, the generator paced ({size} B, encrypted)");
     sweep(rigs, size, default, &title, (reps, window, t0), report);
