@@ -537,8 +537,9 @@ impl Local<'_> {
     }
 
     /// Sends the deliveries of `outs` to their clients as DELIVER messages.
-    pub(crate) fn deliver(&mut self, node: &mut Node, msg: &mut Vec<u8>, outs: &[Outbox], bufs: &[Vec<u8>]) {
+    pub(crate) fn deliver<B: AsRef<[u8]>>(&mut self, node: &mut Node, msg: &mut Vec<u8>, outs: &[Outbox], bufs: &[B]) {
         for (out, buf) in outs.iter().zip(bufs) {
+            let buf = buf.as_ref();
             for d in &out.deliveries {
                 self.deliver_one(node, msg, d.port, out.bytes(&d.data, buf));
             }

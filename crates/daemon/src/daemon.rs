@@ -149,7 +149,8 @@ pub struct Daemon {
     pub(crate) metrics_conns: Vec<Option<Conn>>,
     pub(crate) request_timeout: Duration,
     pub(crate) clients: AppClients,
-    pub(crate) rx: Rx,
+    /// The receive buffers (taken out while a batch is handled).
+    pub(crate) rx: Option<Box<Rx>>,
     pub(crate) tx_hdrs: MultiHeaders<SockaddrStorage>,
     pub(crate) inject_out: Outbox,
     pub(crate) timer_out: Outbox,
@@ -436,7 +437,7 @@ impl Daemon {
         let pacer = crate::pacer::Pacer::new(&cfg.interfaces);
         let paced = pacer.mask();
         let mut d = Daemon {
-            rx: Rx::new(blen),
+            rx: Some(Box::new(Rx::new(blen))),
             tx_hdrs: MultiHeaders::preallocate(BATCH, None),
             node: crate::workers::NodeCell::new(node),
             pending_workers,

@@ -43,6 +43,11 @@ pub(crate) fn limits() -> Limits {
     }
 }
 
+/// Whether datagram `d` is a fragment (by its ANEP type id alone).
+pub(crate) fn is_fragment(d: &[u8]) -> bool {
+    d.get(2..4) == Some(&frag::TYPE_FRAGMENT.to_be_bytes()[..])
+}
+
 impl Frag {
     /// Fragmentation for links of `link_mtu` bytes (0: off).
     pub(crate) fn new(link_mtu: usize) -> Frag {
@@ -93,7 +98,7 @@ impl Frag {
     ) -> Option<Result<Option<Vec<u8>>, FragError>> {
         // Every datagram passes here: look at the type id alone first (the
         // core checks the whole ANEP header of the others itself).
-        if d.get(2..4) != Some(&frag::TYPE_FRAGMENT.to_be_bytes()[..]) {
+        if !is_fragment(d) {
             return None;
         }
         let p = anode_wire::anep::Packet::new_checked(d).ok()?;

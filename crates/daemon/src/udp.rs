@@ -27,8 +27,12 @@ pub(crate) struct Rx {
     /// What each of them holds.
     pub(crate) got: [Received; BATCH],
     pub(crate) mmsg: RecvMmsg,
-    /// The slots: one datagram each, handled in place.
+    /// The slots' own buffers: a slot's datagram is here, handled in
+    /// place, unless [`src`](Self::src) says it is where it arrived.
     pub(crate) bufs: [Vec<u8>; BATCH],
+    /// Per slot, the (message, offset) in `raw` of a datagram cut from a GRO
+    /// run and handled where it arrived; `None`: in the slot's own buffer.
+    pub(crate) src: [Option<(usize, usize)>; BATCH],
     pub(crate) lens: [usize; BATCH],
     pub(crate) outs: [Outbox; BATCH],
     pub(crate) froms: [Option<SocketAddr>; BATCH],
@@ -90,11 +94,10 @@ pub(crate) fn split_batch(used: u64, outs: &[Outbox], lens: &[usize], spent: &[u
     }
 }
 
-/// Where a batch's transmissions come from, for [`Daemon::transmit`].
+/// Where a batch's transmissions come from, for [`Daemon::transmit`]
+/// (a receive batch's go through [`Daemon::transmit_batch`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Outs {
-    /// The first `k` slots of the receive batch.
-    Rx(usize),
     /// What an application request produced.
     Inject,
     /// What timers and module dispatches produced.
@@ -121,7 +124,15 @@ impl Daemon {
     /// time, each batch's transmissions sent and deliveries made before the
     /// next.
     pub(crate) fn udp_ready(&mut self, iface: usize) {
-        let Rx { mmsg, raw, got, .. } = &mut self.rx;
+        // The batch's slots borrow the receive buffers while the rest of
+        // the daemon sends from them: the buffers are taken out meanwhile.
+        let Some(mut rx) = self.rx.take() else { return };
+        self.udp_ready_with(&mut rx, iface);
+        self.rx = Some(rx);
+    }
+
+    fn udp_ready_with(&mut self, rx: &mut Rx, iface: usize) {
+        let Rx { mmsg, raw, got, .. } = rx;
         let n = match mmsg.recv(self.udp[iface].as_fd(), raw, got) {
             Ok(n) => n,
             Err(Errno::EAGAIN | Errno::EINTR) => return,
@@ -134,46 +145,63 @@ impl Daemon {
         };
         let mut at = (0, 0);
         while at.0 < n {
-            let k = self.rx.fill(n, &mut at, &mut self.offload.counters);
-            self.handle_slots(iface, k);
+            let k = rx.fill(n, &mut at, &mut self.offload.counters);
+            self.handle_slots(&mut rx.batch(k), iface, k);
         }
     }
 
     /// Runs the first `k` slots of the receive batch through the core, then
     /// sends, delivers and charges what they produced.
-    fn handle_slots(&mut self, iface: usize, k: usize) {
+    fn handle_slots(&mut self, b: &mut Batch<'_>, iface: usize, k: usize) {
         let now_ms = self.now_ms();
         if self.paced.iter().any(|p| *p) {
             self.batch_at_ns = self.now_ns();
         }
         let rcane = self.node.rcane_on();
         let cpu0 = if rcane { crate::daemon::thread_cpu_ns() } else { 0 };
-        run_core(&mut self.node, &mut self.frag, &mut self.rx, iface, k, now_ms, rcane);
-        self.transmit(Outs::Rx(k));
+        run_core(&mut self.node, &mut self.frag, b, iface, k, now_ms, rcane);
+        let (outs, slots) = (&mut b.outs[..k], &mut b.slots[..k]);
+        self.transmit_batch(outs, slots, true);
         let mut local = Local { clients: &mut self.clients, epoll: &self.epoll, stats: &mut self.stats };
-        local.deliver(&mut self.node, &mut self.msg, &self.rx.outs[..k], &self.rx.bufs[..k]);
+        local.deliver(&mut self.node, &mut self.msg, outs, slots);
         if rcane {
             let used = crate::daemon::thread_cpu_ns().saturating_sub(cpu0);
-            charge_batch(&mut self.node, &mut self.rx, k, used);
+            charge_batch(&mut self.node, b, k, used);
             self.charged = true;
         }
     }
 
-    /// Sends the transmissions of `from`'s outboxes.
+    /// Sends the transmissions of `from`'s outbox.
     pub(crate) fn transmit(&mut self, from: Outs) {
+        let slot = match from {
+            Outs::Inject => &mut self.inject_out,
+            Outs::Timer => &mut self.timer_out,
+        };
+        let mut out = std::mem::take(slot);
+        self.transmit_batch(std::slice::from_mut(&mut out), &mut [[0u8; 0]], false);
+        match from {
+            Outs::Inject => self.inject_out = out,
+            Outs::Timer => self.timer_out = out,
+        }
+    }
+
+    /// Sends the transmissions of `outs` (the outbox of datagram `i` points
+    /// into `bufs[i]`); `rx`: they are a receive batch's, whose datagrams
+    /// joined their paced links when the batch arrived.
+    pub(crate) fn transmit_batch<B: AsRef<[u8]> + AsMut<[u8]>>(
+        &mut self,
+        outs: &mut [Outbox],
+        bufs: &mut [B],
+        rx: bool,
+    ) {
         // The clock only for paced links (an unpaced node reads none here).
         let clock = self.paced.iter().any(|p| *p).then(|| self.now_ns());
-        let (outs, bufs): (&mut [Outbox], &mut [Vec<u8>]) = match from {
-            Outs::Rx(k) => (self.rx.outs.get_mut(..k).unwrap_or(&mut []), self.rx.bufs.get_mut(..k).unwrap_or(&mut [])),
-            Outs::Inject => (std::slice::from_mut(&mut self.inject_out), &mut self.no_input),
-            Outs::Timer => (std::slice::from_mut(&mut self.timer_out), &mut self.no_input),
-        };
         let mut now = std::mem::take(&mut self.send_now);
         now.clear();
         let mut rest = true;
         let skip = if let Some(now_ns) = clock {
             // Datagrams of a receive batch joined their links when they arrived.
-            let at_ns = if matches!(from, Outs::Rx(_)) { self.batch_at_ns.min(now_ns) } else { now_ns };
+            let at_ns = if rx { self.batch_at_ns.min(now_ns) } else { now_ns };
             let mut pacer = self.pacer.lock();
             let (frag, tally, burst) = (&mut self.frag, &mut self.tally, &mut self.burst);
             rest = send_or_enqueue_paced(
@@ -181,7 +209,7 @@ impl Daemon {
                 &mut self.node,
                 frag,
                 tally,
-                (outs, bufs),
+                (&mut *outs, &mut *bufs),
                 (at_ns, now_ns),
                 &mut now,
                 burst,
@@ -190,7 +218,7 @@ impl Daemon {
         } else {
             None
         };
-        let (outs, bufs): (&[Outbox], &[Vec<u8>]) = (outs, bufs);
+        let (outs, bufs): (&[Outbox], &[B]) = (outs, bufs);
         let mut tx = Tx {
             udp: &self.udp,
             hdrs: &mut self.tx_hdrs,
@@ -275,20 +303,20 @@ impl Daemon {
 /// workers, with the node and the pacer locked (in that order); the event
 /// loop uses [`send_or_enqueue_paced`].
 #[allow(clippy::too_many_arguments)] // the event loop's and a worker's parts, borrowed apart
-pub(crate) fn enqueue_paced(
+pub(crate) fn enqueue_paced<B: AsRef<[u8]>>(
     pacer: &mut Pacer,
     node: &mut Node,
     frag: &mut Frag,
     tally: &mut TxTally,
     paced: &[bool],
     outs: &[Outbox],
-    bufs: &[Vec<u8>],
+    bufs: &[B],
     now_ns: u64,
 ) {
     let mut scratch = (Vec::new(), Vec::new());
     for (out, buf) in outs.iter().zip(bufs) {
         for t in out.transmits.iter().filter(|t| paced.get(t.iface).copied().unwrap_or(false)) {
-            enqueue_one(pacer, node, frag, tally, (out, buf), t, &mut scratch, now_ns);
+            enqueue_one(pacer, node, frag, tally, (out, buf.as_ref()), t, &mut scratch, now_ns);
         }
     }
 }
@@ -365,12 +393,12 @@ fn sealed_len(t: &anode_node::core::Transmit, bytes: &[u8]) -> usize {
 /// Returns false when every transmission of `outs` was for a paced
 /// interface, so that [`send_transmits`] has nothing to look for.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn send_or_enqueue_paced(
+pub(crate) fn send_or_enqueue_paced<B: AsRef<[u8]> + AsMut<[u8]>>(
     pacer: &mut Pacer,
     node: &mut Node,
     frag: &mut Frag,
     tally: &mut TxTally,
-    (outs, bufs): (&mut [Outbox], &mut [Vec<u8>]),
+    (outs, bufs): (&mut [Outbox], &mut [B]),
     (at_ns, now_ns): (u64, u64),
     now: &mut Vec<(usize, usize)>,
     (burst, lens): &mut (Vec<(usize, usize)>, Vec<u32>),
@@ -389,7 +417,7 @@ pub(crate) fn send_or_enqueue_paced(
         let mut one = true;
         for (i, (out, buf)) in outs.iter().zip(bufs.iter()).enumerate() {
             for (j, t) in out.transmits.iter().enumerate().filter(|(_, t)| t.iface == iface) {
-                let len = sealed_len(t, out.bytes(&t.data, buf));
+                let len = sealed_len(t, out.bytes(&t.data, buf.as_ref()));
                 let key = key_of(t);
                 one &= !frag.too_long(len) && owner.is_none_or(|o| o == key);
                 owner = Some(key);
@@ -400,12 +428,12 @@ pub(crate) fn send_or_enqueue_paced(
         let Some(owner) = owner else { continue };
         paced += burst.len();
         let went = if one {
-            let (o, b): (&[Outbox], &[Vec<u8>]) = (outs, bufs);
+            let (o, b): (&[Outbox], &[B]) = (outs, bufs);
             pacer.send_burst(node, iface, owner, lens, (at_ns, now_ns), |k| {
                 let (i, j) = burst.get(k).copied().unwrap_or_default();
                 let (out, buf) = (o.get(i)?, b.get(i)?);
                 let t = out.transmits.get(j)?;
-                Some((t.to, out.bytes(&t.data, buf), seal_overhead(t)))
+                Some((t.to, out.bytes(&t.data, buf.as_ref()), seal_overhead(t)))
             })
         } else {
             None
@@ -414,7 +442,7 @@ pub(crate) fn send_or_enqueue_paced(
             Some(m) => {
                 for &(i, j) in burst.iter().take(m) {
                     if let (Some(out), Some(buf)) = (outs.get_mut(i), bufs.get_mut(i))
-                        && node.seal_transmit(out, j, buf)
+                        && node.seal_transmit(out, j, buf.as_mut())
                     {
                         now.push((i, j));
                     }
@@ -425,7 +453,7 @@ pub(crate) fn send_or_enqueue_paced(
                     if let (Some(out), Some(buf)) = (outs.get(i), bufs.get(i))
                         && let Some(t) = out.transmits.get(j)
                     {
-                        enqueue_one(pacer, node, frag, tally, (out, buf), t, &mut scratch, at_ns);
+                        enqueue_one(pacer, node, frag, tally, (out, buf.as_ref()), t, &mut scratch, at_ns);
                     }
                 }
             }
@@ -440,11 +468,11 @@ pub(crate) fn send_or_enqueue_paced(
 /// `sendmmsg` per [`BATCH`] per interface, in one pass, and charges each
 /// one the kernel took to its owner's session (as [`Daemon::pace`] does for
 /// the ones it releases).
-pub(crate) fn send_paced_now(
+pub(crate) fn send_paced_now<B: AsRef<[u8]>>(
     tx: &mut Tx<'_>,
     node: &mut Node,
     outs: &[Outbox],
-    bufs: &[Vec<u8>],
+    bufs: &[B],
     now: &[(usize, usize)],
 ) {
     let mut iovs = [[IoSlice::new(&[])]; BATCH];
@@ -470,7 +498,7 @@ pub(crate) fn send_paced_now(
             k = 0;
         }
         cur = t.iface;
-        let bytes = out.bytes(&t.data, buf);
+        let bytes = out.bytes(&t.data, buf.as_ref());
         iovs[k] = [IoSlice::new(bytes)];
         addrs[k] = Some(SockaddrStorage::from(t.to));
         owners[k] = (t.owner, bytes.len() as u64);
@@ -507,13 +535,13 @@ fn charge_runs(node: &mut Node, sent: impl Iterator<Item = (Owner, u64)>) {
 pub(crate) fn run_core(
     node: &mut Node,
     frag: &mut Frag,
-    rx: &mut Rx,
+    rx: &mut Batch<'_>,
     iface: usize,
     k: usize,
     now_ms: u64,
     timed: bool,
 ) {
-    let Rx { bufs, lens, outs, froms, spent, .. } = rx;
+    let Batch { slots: bufs, lens, outs, froms, spent, .. } = rx;
     let mut t = timed.then(Instant::now);
     for i in 0..k {
         outs[i].clear();
@@ -534,7 +562,7 @@ pub(crate) fn run_core(
                 }
             }
         }
-        node.handle_datagram_from(iface, froms[i], &mut bufs[i], lens[i], now_ms, &mut outs[i]);
+        node.handle_datagram_from(iface, froms[i], bufs[i], lens[i], now_ms, &mut outs[i]);
         if !outs[i].log.is_empty() {
             debug!(target: "anode::snap", "{}", outs[i].log.trim_end());
         }
@@ -558,8 +586,8 @@ pub(crate) fn run_core(
 /// principals whose sessions capsules and channel packets were accepted
 /// for. The batch's thread CPU time (one clock read per batch) is split
 /// among them by each datagram's wall time.
-pub(crate) fn charge_batch(node: &mut Node, rx: &mut Rx, k: usize, used: u64) {
-    let Rx { lens, outs, spent, shares, .. } = rx;
+pub(crate) fn charge_batch(node: &mut Node, rx: &mut Batch<'_>, k: usize, used: u64) {
+    let Batch { lens, outs, spent, shares, .. } = rx;
     split_batch(used, &outs[..k], &lens[..k], &spent[..k], shares);
     for s in shares.iter() {
         node.charge_outside(s.owner, s.ns, s.packets, s.bytes);
@@ -610,6 +638,7 @@ impl Rx {
             got: [Received::default(); BATCH],
             mmsg: RecvMmsg::new(),
             bufs: std::array::from_fn(|_| vec![0; blen]),
+            src: [None; BATCH],
             lens: [0; BATCH],
             outs: std::array::from_fn(|_| Outbox::preallocated()),
             froms: [None; BATCH],
@@ -621,14 +650,19 @@ impl Rx {
     /// Moves the next datagrams of the `n` received, from `at` (message,
     /// offset in it) on, into the batch slots, at most [`BATCH`]; returns
     /// how many. A message that is one datagram changes places with the
-    /// slot's buffer (no copy); a GRO run is cut into its datagrams, each
-    /// copied into a slot.
+    /// slot's buffer (no copy). A GRO run is cut into its datagrams, each
+    /// handled where it arrived ([`Rx::batch`]: exactly its bytes, so the
+    /// core copies one only if it needs more room, a SNAP packet's stack
+    /// growing, say; a forwarded datagram is sealed again in its own
+    /// headers' and tag's bytes); a fragment is copied into its slot's own
+    /// buffer, which reassembly needs.
     pub(crate) fn fill(&mut self, n: usize, at: &mut (usize, usize), c: &mut IoCounters) -> usize {
         let mut k = 0;
         while k < BATCH && at.0 < n {
             let m = at.0;
             let Received { len, seg, from } = self.got[m];
             self.froms[k] = from;
+            self.src[k] = None;
             if at.1 == 0 && (seg == 0 || seg >= len) {
                 std::mem::swap(&mut self.raw[m], &mut self.bufs[k]);
                 self.lens[k] = len;
@@ -639,9 +673,14 @@ impl Rx {
                 }
                 let end = at.1.saturating_add(seg).min(len);
                 let piece = self.raw[m].get(at.1..end).unwrap_or(&[]);
-                let l = piece.len().min(self.bufs[k].len());
-                self.bufs[k][..l].copy_from_slice(&piece[..l]);
-                self.lens[k] = l;
+                if crate::frag::is_fragment(piece) {
+                    let l = piece.len().min(self.bufs[k].len());
+                    self.bufs[k][..l].copy_from_slice(&piece[..l]);
+                    self.lens[k] = l;
+                } else {
+                    self.src[k] = Some((m, at.1));
+                    self.lens[k] = piece.len();
+                }
                 c.gro_datagrams += 1;
                 *at = if end >= len { (m + 1, 0) } else { (m, end) };
             }
@@ -650,12 +689,57 @@ impl Rx {
         c.datagrams += k as u64;
         k
     }
+
+    /// The first `k` slots as a [`Batch`]: each slot's bytes (its own
+    /// buffer, or exactly its datagram's bytes in the GRO run it arrived
+    /// in; the slots of one run are disjoint parts of its buffer).
+    pub(crate) fn batch(&mut self, k: usize) -> Batch<'_> {
+        let Rx { raw, bufs, src, lens, outs, froms, spent, shares, .. } = self;
+        let mut slots: [&mut [u8]; BATCH] = std::array::from_fn(|_| Default::default());
+        let mut raws = raw.iter_mut().enumerate();
+        // The GRO run being cut: its index, the offset where `rest` begins
+        // and what of it the slots have not taken.
+        let mut cur: Option<(usize, usize, &mut [u8])> = None;
+        for (i, (slot, own)) in slots.iter_mut().zip(bufs.iter_mut()).enumerate().take(k) {
+            let Some((m, off)) = src[i] else {
+                *slot = own.as_mut_slice();
+                continue;
+            };
+            // Slots come in the order of their messages and offsets.
+            if cur.as_ref().is_none_or(|c| c.0 != m) {
+                cur = raws.by_ref().find(|(j, _)| *j == m).map(|(j, r)| (j, 0, r.as_mut_slice()));
+            }
+            if let Some((_, base, rest)) = cur.as_mut() {
+                let whole = std::mem::take(rest);
+                let skip = off.saturating_sub(*base).min(whole.len());
+                let (_, tail) = whole.split_at_mut(skip);
+                let n = lens[i].min(tail.len());
+                let (seg, after) = tail.split_at_mut(n);
+                *slot = seg;
+                *rest = after;
+                *base += skip + n;
+            }
+        }
+        Batch { slots, lens, outs, froms, spent, shares }
+    }
+}
+
+/// A receive batch's slots, as the core and the send path work on them.
+pub(crate) struct Batch<'a> {
+    /// Each slot's bytes: its datagram from 0 to its length, and for a slot
+    /// with its own buffer the room behind.
+    pub(crate) slots: [&'a mut [u8]; BATCH],
+    pub(crate) lens: &'a mut [usize; BATCH],
+    pub(crate) outs: &'a mut [Outbox; BATCH],
+    pub(crate) froms: &'a [Option<SocketAddr>; BATCH],
+    pub(crate) spent: &'a mut [u64; BATCH],
+    pub(crate) shares: &'a mut Vec<Share>,
 }
 
 /// Sends every transmission of `outs` (the outbox of datagram `i` points
 /// into `bufs[i]`), grouped by interface, [`BATCH`] per `sendmmsg` or a
 /// GSO run per `sendmsg`.
-pub(crate) fn send_transmits(tx: &mut Tx<'_>, outs: &[Outbox], bufs: &[Vec<u8>]) {
+pub(crate) fn send_transmits<B: AsRef<[u8]>>(tx: &mut Tx<'_>, outs: &[Outbox], bufs: &[B]) {
     let mut pieces: Vec<Vec<u8>> = Vec::new();
     for (iface, sock) in tx.udp.iter().enumerate() {
         if tx.skip.get(iface).copied().unwrap_or(false) {
@@ -669,7 +753,7 @@ pub(crate) fn send_transmits(tx: &mut Tx<'_>, outs: &[Outbox], bufs: &[Vec<u8>])
             // An unsealed transmission only ever goes through a paced link
             // (`Pacer::seal_released`); never in the clear.
             for t in out.transmits.iter().filter(|t| t.iface == iface && !t.unsealed) {
-                let bytes = out.bytes(&t.data, buf);
+                let bytes = out.bytes(&t.data, buf.as_ref());
                 if tx.frag.too_long(bytes.len()) {
                     oversize = true;
                     continue;
@@ -696,7 +780,7 @@ pub(crate) fn send_transmits(tx: &mut Tx<'_>, outs: &[Outbox], bufs: &[Vec<u8>])
             // An unsealed transmission only ever goes through a paced link
             // (`Pacer::seal_released`); never in the clear.
             for t in out.transmits.iter().filter(|t| t.iface == iface && !t.unsealed) {
-                let bytes = out.bytes(&t.data, buf);
+                let bytes = out.bytes(&t.data, buf.as_ref());
                 if !tx.frag.too_long(bytes.len()) {
                     continue;
                 }
@@ -836,6 +920,67 @@ mod tests {
         o.system = system;
         o.rx_for = rx_for;
         o
+    }
+
+    /// `rx`'s message `m` holds `bytes`, cut into GRO segments of `seg`
+    /// (0: one datagram).
+    fn received(rx: &mut Rx, m: usize, bytes: &[u8], seg: usize) {
+        rx.raw[m][..bytes.len()].copy_from_slice(bytes);
+        rx.got[m] = Received { len: bytes.len(), seg, from: None };
+    }
+
+    #[test]
+    fn gro_segments_are_handled_where_they_arrived_and_fragments_and_single_datagrams_in_their_slots() {
+        let mut rx = Rx::new(64);
+        let run: Vec<u8> = (0..25).collect();
+        received(&mut rx, 0, &run, 10);
+        let single: Vec<u8> = (100..107).collect();
+        received(&mut rx, 1, &single, 0);
+        let mut second: Vec<u8> = (200..216).collect();
+        second[2..4].copy_from_slice(&anode_wire::frag::TYPE_FRAGMENT.to_be_bytes());
+        received(&mut rx, 2, &second, 8);
+        let mut c = IoCounters::default();
+        let mut at = (0, 0);
+        let k = rx.fill(3, &mut at, &mut c);
+        assert_eq!((k, at), (6, (3, 0)));
+        assert_eq!(rx.src[..k], [Some((0, 0)), Some((0, 10)), Some((0, 20)), None, None, Some((2, 8))]);
+        assert_eq!(rx.lens[..k], [10, 10, 5, 7, 8, 8]);
+        assert_eq!((c.gro_receives, c.gro_datagrams, c.datagrams), (2, 5, 6));
+        let b = rx.batch(k);
+        assert_eq!(&*b.slots[0], &run[..10]);
+        assert_eq!(&*b.slots[1], &run[10..20]);
+        assert_eq!(&*b.slots[2], &run[20..]);
+        // A single datagram and a fragment: in the slot's own buffer, with
+        // the room behind it.
+        assert_eq!((&b.slots[3][..7], b.slots[3].len()), (&single[..], 64));
+        assert_eq!((&b.slots[4][..8], b.slots[4].len()), (&second[..8], 64));
+        assert_eq!(&*b.slots[5], &second[8..]);
+        // Each slot is its own datagram's bytes: writing one leaves the
+        // others of its run as they were.
+        b.slots[1].fill(0xff);
+        assert_eq!(&*b.slots[0], &run[..10]);
+        assert_eq!(&*b.slots[2], &run[20..]);
+        assert_eq!(&rx.raw[0][10..20], &[0xff; 10]);
+    }
+
+    #[test]
+    fn a_gro_run_longer_than_a_batch_continues_in_the_next() {
+        let mut rx = Rx::new(64 * 40);
+        let run: Vec<u8> = (0..40 * 3).map(|i| i as u8).collect();
+        received(&mut rx, 0, &run, 3);
+        let mut c = IoCounters::default();
+        let mut at = (0, 0);
+        let k = rx.fill(1, &mut at, &mut c);
+        assert_eq!((k, at), (BATCH, (0, 3 * BATCH)));
+        let b = rx.batch(k);
+        assert!(b.slots.iter().enumerate().all(|(i, s)| **s == run[3 * i..3 * i + 3]));
+        let k = rx.fill(1, &mut at, &mut c);
+        assert_eq!((k, at), (40 - BATCH, (1, 0)));
+        let b = rx.batch(k);
+        for (i, s) in b.slots.iter().enumerate().take(k) {
+            assert_eq!(**s, run[3 * (BATCH + i)..3 * (BATCH + i) + 3]);
+        }
+        assert_eq!((c.gro_receives, c.gro_datagrams), (1, 40));
     }
 
     fn share(shares: &[Share], owner: Owner) -> Share {

@@ -324,16 +324,17 @@ impl Worker {
         while at.0 < n {
             let k = self.rx.fill(n, &mut at, &mut self.off.counters);
             let now_ms = self.now_ms();
+            let mut b = self.rx.batch(k);
             let cpu0 = if self.rcane { crate::daemon::thread_cpu_ns() } else { 0 };
             let mut posted;
             {
                 let mut g = shared.lock_node(node);
                 posted = g.jobs_posted();
-                run_core(&mut g, &mut self.frag, &mut self.rx, iface, k, now_ms, self.rcane);
+                run_core(&mut g, &mut self.frag, &mut b, iface, k, now_ms, self.rcane);
                 posted = g.jobs_posted().wrapping_sub(posted);
             }
-            let outs = self.rx.outs.get(..k).unwrap_or(&[]);
-            let bufs = self.rx.bufs.get(..k).unwrap_or(&[]);
+            let outs = b.outs.get(..k).unwrap_or(&[]);
+            let bufs = b.slots.get(..k).unwrap_or(&[]);
             let mut tx = Tx {
                 udp: &self.w.socks,
                 hdrs: &mut self.hdrs,
@@ -363,7 +364,7 @@ impl Worker {
                 queue_deliveries(&mut g, shared, outs, bufs);
                 if self.rcane {
                     let used = crate::daemon::thread_cpu_ns().saturating_sub(cpu0);
-                    charge_batch(&mut g, &mut self.rx, k, used);
+                    charge_batch(&mut g, &mut b, k, used);
                     // The first charge since the ledger's last flush wakes
                     // the event loop, so that it schedules the next.
                     kick |= !shared.charged.swap(true, Ordering::Relaxed);
@@ -388,7 +389,7 @@ fn needs_loop(o: &Outbox) -> bool {
 
 /// Copies the batch's deliveries to the event loop's queue (full: dropped
 /// and counted).
-fn queue_deliveries(node: &mut Node, shared: &Shared, outs: &[Outbox], bufs: &[Vec<u8>]) {
+fn queue_deliveries<B: AsRef<[u8]>>(node: &mut Node, shared: &Shared, outs: &[Outbox], bufs: &[B]) {
     if outs.iter().all(|o| o.deliveries.is_empty()) {
         return;
     }
@@ -399,7 +400,7 @@ fn queue_deliveries(node: &mut Node, shared: &Shared, outs: &[Outbox], bufs: &[V
                 node.counters.drop(Drop::AppQueueFull);
                 continue;
             }
-            q.push_back(Delivered { port: d.port, bytes: o.bytes(&d.data, buf).to_vec() });
+            q.push_back(Delivered { port: d.port, bytes: o.bytes(&d.data, buf.as_ref()).to_vec() });
         }
     }
 }

@@ -232,6 +232,51 @@ fn a_forwarded_datagram_is_sealed_in_its_receive_buffer() {
 }
 
 #[test]
+fn a_forwarded_plain_datagram_is_sealed_again_in_exactly_its_own_bytes() {
+    // The daemon hands the core a datagram cut from a GRO run as exactly
+    // its bytes: a forwarded plain datagram keeps its length, so its new
+    // headers go where its old ones were and its new tag where the old tag
+    // was, with no byte outside it touched and no copy.
+    for mode in ["authenticate", "encrypt"] {
+        let mut l = Line::new(3, mode);
+        l.poll();
+        let mut out = Outbox::default();
+        l.nodes[0].inject_plain(addr(2), 9, 8, &[0x5a; 1200], l.now, &mut out);
+        let t0 = out.transmits[0].clone();
+        let b = out.bytes(&t0.data, &[]).to_vec();
+        let (k, iface) = l.ends[&t0.to];
+        assert_eq!(k, 1);
+        let from = l.cfgs[0].interfaces[t0.iface].listen;
+        // Between two neighbours of a GRO run.
+        let mut run = vec![0xee; 7];
+        run.extend_from_slice(&b);
+        run.extend_from_slice(&[0xee; 9]);
+        let (before, rest) = run.split_at_mut(7);
+        let (seg, after) = rest.split_at_mut(b.len());
+        let mut out = Outbox::default();
+        l.nodes[1].handle_datagram_from(iface, Some(from), seg, b.len(), l.now, &mut out);
+        assert_eq!(out.transmits.len(), 1, "{mode}");
+        let t = &out.transmits[0];
+        assert!(matches!(t.data, anode_node::core::Data::Input(_)), "{mode}: sealed where it arrived");
+        let sealed = out.bytes(&t.data, seg).to_vec();
+        assert_eq!(sealed.len(), b.len(), "{mode}: all of its bytes, no more");
+        assert_ne!(sealed, b, "{mode}: sealed anew for the next hop");
+        assert!(before.iter().chain(after.iter()).all(|x| *x == 0xee), "{mode}: its neighbours untouched");
+        let plain = |l: &Line| l.nodes[2].counters.to_json()["packets"]["rx_plain"].as_u64();
+        let got = plain(&l);
+        l.take(1, &out, seg);
+        l.run();
+        // c opened it and found a plain datagram for its port 9, where no
+        // application listens.
+        assert_eq!(plain(&l), got.map(|n| n + 1), "{mode}: c received it");
+        assert_eq!(l.drops(2, Drop::NoListener), 1, "{mode}");
+        for k in 0..3 {
+            assert_eq!(l.nodes[k].counters.total_drops(), u64::from(k == 2), "{mode}: node {k}");
+        }
+    }
+}
+
+#[test]
 fn encrypted_hops_hide_the_packet() {
     let mut clear = Line::new(3, "authenticate");
     let mut enc = Line::new(3, "encrypt");
