@@ -642,3 +642,43 @@ fn the_period_log_records_every_vp_period_and_makes_a_fig11_trace() {
     let o = Command::new(ANODE).args(["experiment", "stats"]).arg(&out).output().unwrap();
     assert!(o.status.success() && text(&o).contains("B"), "{}", text(&o));
 }
+
+#[test]
+fn code_staged_for_a_load_is_held_in_the_session_heap_and_a_staging_past_it_is_refused() {
+    let (env, c, keys) = up("staged", &["s"]);
+    let (skey, spub) = keys.into_iter().next().unwrap();
+    let scred = env.cred(&spub, "s.session", &["--kind", "session", "--vp-share", "30%", "--total-share", "30%"]);
+    let o = env.run(
+        &skey,
+        &["session", "open", "--credential", scred.to_str().unwrap(), "--vp", "1ms/4ms", "--heap", "128KiB"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let sid = session_of(&o);
+    // A module of 150,000 bytes goes in chunks ahead of its load request,
+    // and 150,000 bytes do not fit in a 128 KiB session heap.
+    let mut code = std::fs::read(modules_dir().join("forwarder.wasm")).unwrap();
+    common::pad_wasm(&mut code, 150_000);
+    let wasm = env.s.0.join("big.wasm");
+    std::fs::write(&wasm, &code).unwrap();
+    let w = wasm.to_str().unwrap();
+    let cred = env.cred(&spub, "big.cred", &["--kind", "module", "--module", w, "--interface", "route,net,time"]);
+    let load = || env.run(&skey, &["module", "load", w, "--credential", cred.to_str().unwrap()]);
+    let o = load();
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("staged code of 150000 bytes does not fit in the session's heap reservation"), "{t}");
+    let st = status(&c);
+    assert_eq!(st["drops"]["staging_refused"], 1, "{}", st["drops"]);
+    assert_eq!(st["modules"]["modules"].as_array().map(Vec::len), Some(0), "nothing loaded");
+    // With a larger reservation the same load is staged and loaded, and
+    // the staged bytes are given back to the heap once it is.
+    let o = env.run(&skey, &["session", "reserve", &sid, "--heap", "4MiB"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = load();
+    assert!(o.status.success() && text(&o).contains("loaded m"), "{}", text(&o));
+    let o = Command::new(ANODE).args(["module", "list", "--json", "--run-dir"]).arg(&c).output().unwrap();
+    let list: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let heap = &list[0]["heap"];
+    assert_eq!(heap["staged"], 0, "{heap}");
+    assert!(heap["refusals"].as_u64() >= Some(1), "the refused staging is counted on the account: {heap}");
+}

@@ -18,6 +18,7 @@
 //! | handles (channels, pending alarms) | [`HANDLE_BYTES`] each, and a keyed channel's share table ([`crate::demux::SHARE_TABLE_BYTES`]) |
 //! | soft state | key + value bytes + [`STATE_ENTRY_BYTES`] per entry |
 //! | queued jobs (channel packets, capsules waiting for their VP) | input bytes + [`JOB_BYTES`] each, until the job starts |
+//! | code staged ahead of a load (a module sent in chunks) | its declared size, from its first chunk until the load or the staging's end ([`Sandbox::charge_staged`](crate::Sandbox::charge_staged)) |
 //!
 //! While the principal's session holds a heap reservation, a charge that
 //! would take the total past it is refused: `memory.grow` and `table.grow`
@@ -69,6 +70,8 @@ pub(crate) enum Part {
     State,
     /// Queued jobs.
     Queued,
+    /// Code staged ahead of a load.
+    Staged,
 }
 
 /// A principal's memory account: what its stores and host state hold.
@@ -80,6 +83,7 @@ pub struct HeapAccount {
     handles: usize,
     state: usize,
     queued: usize,
+    staged: usize,
     refusals: u64,
     peak: usize,
     pressure_armed: bool,
@@ -109,6 +113,8 @@ pub struct HeapUse {
     pub state: usize,
     /// Queued jobs, bytes.
     pub queued: usize,
+    /// Code staged ahead of a load, bytes.
+    pub staged: usize,
     /// Charges refused (grows, state puts, handles, queued packets).
     pub refusals: u64,
     /// Highest `used` seen.
@@ -126,6 +132,7 @@ impl HeapAccount {
             handles: 0,
             state: 0,
             queued: 0,
+            staged: 0,
             refusals: 0,
             peak: 0,
             pressure_armed: true,
@@ -142,6 +149,7 @@ impl HeapAccount {
             .saturating_add(self.handles)
             .saturating_add(self.state)
             .saturating_add(self.queued)
+            .saturating_add(self.staged)
     }
 
     /// Whether a reservation bounds the account.
@@ -161,6 +169,7 @@ impl HeapAccount {
             Part::Handles => &mut self.handles,
             Part::State => &mut self.state,
             Part::Queued => &mut self.queued,
+            Part::Staged => &mut self.staged,
         }
     }
 
@@ -257,6 +266,7 @@ impl HeapAccount {
             handles: self.handles,
             state: self.state,
             queued: self.queued,
+            staged: self.staged,
             refusals: self.refusals,
             peak: self.peak,
             pressure_calls: self.pressure_calls,
@@ -271,29 +281,39 @@ pub(crate) fn with<R>(h: &SharedHeap, f: impl FnOnce(&mut HeapAccount) -> R) -> 
     f(&mut g)
 }
 
-/// What a queued job holds of its principal's heap; given back when the
-/// job is dropped (started, or thrown away). A clone holds nothing.
+/// What a queued job (or code staged ahead of a load) holds of its
+/// principal's heap; given back when it is dropped (the job started or was
+/// thrown away, the staging ended). A clone holds nothing.
 #[derive(Default)]
-pub struct HeapCharge(Option<(SharedHeap, usize)>);
+pub struct HeapCharge(Option<(SharedHeap, Part, usize)>);
 
 impl HeapCharge {
     /// Charges a job of `input` bytes to `heap`; `None` if it does not fit
     /// (a refusal is counted).
     pub(crate) fn job(heap: &SharedHeap, input: usize) -> Option<HeapCharge> {
-        let bytes = input.saturating_add(JOB_BYTES);
-        with(heap, |a| a.charge(Part::Queued, bytes)).then(|| HeapCharge(Some((heap.clone(), bytes))))
+        Self::of(heap, Part::Queued, input.saturating_add(JOB_BYTES))
+    }
+
+    /// Charges `bytes` of staged code to `heap`; `None` if they do not fit
+    /// (a refusal is counted).
+    pub(crate) fn staged(heap: &SharedHeap, bytes: usize) -> Option<HeapCharge> {
+        Self::of(heap, Part::Staged, bytes)
+    }
+
+    fn of(heap: &SharedHeap, p: Part, bytes: usize) -> Option<HeapCharge> {
+        with(heap, |a| a.charge(p, bytes)).then(|| HeapCharge(Some((heap.clone(), p, bytes))))
     }
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        self.0.as_ref().map_or(0, |(_, b)| *b)
+        self.0.as_ref().map_or(0, |(_, _, b)| *b)
     }
 }
 
 impl Drop for HeapCharge {
     fn drop(&mut self) {
-        if let Some((h, b)) = self.0.take() {
-            with(&h, |a| a.release(Part::Queued, b));
+        if let Some((h, p, b)) = self.0.take() {
+            with(&h, |a| a.release(p, b));
         }
     }
 }

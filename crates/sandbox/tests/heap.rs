@@ -253,3 +253,30 @@ fn without_a_session_the_credentials_memory_cap_still_applies() {
     assert!(u.memory <= 64 * MIB && u.memory > 60 * MIB, "{u:?}");
     assert_eq!(u.refusals, 1);
 }
+
+#[test]
+fn code_staged_ahead_of_a_load_is_held_in_the_session_heap_until_it_ends() {
+    let mut sb = sandbox();
+    sb.set_session_heap(principal(1), Some(MIB));
+    // Without a session heap nothing is charged and no account is made.
+    let none = sb.charge_staged(principal(2), 300_000).unwrap();
+    assert_eq!(none.bytes(), 0);
+    assert!(sb.heap(&principal(2)).is_none());
+    // With one, the declared bytes are held while the staging lasts.
+    let held = sb.charge_staged(principal(1), 200_000).unwrap();
+    assert_eq!(held.bytes(), 200_000);
+    let u = heap(&sb, 1);
+    assert_eq!((u.staged, u.used, u.refusals), (200_000, 200_000, 0));
+    // More than the reservation has left is refused, counted, and holds
+    // nothing.
+    assert!(sb.charge_staged(principal(1), MIB - 200_000 + 1).is_none());
+    let u = heap(&sb, 1);
+    assert_eq!((u.staged, u.refusals), (200_000, 1));
+    // The module loaded after it (or the staging dropped) gives it back,
+    // and a module's memory then has the room.
+    drop(held);
+    assert_eq!(heap(&sb, 1).staged, 0);
+    let m = load_heap(&mut sb, &heap_module(), principal(1), 1_000_000);
+    let mut out = Vec::new();
+    assert_eq!(run(&mut sb, m, "grow", 14, &mut out), Ok(1), "the staged bytes were given back");
+}

@@ -93,7 +93,7 @@ impl Node {
                     "memory_used": m.sb.memory_used(&i.principal),
                     "heap": m.sb.heap(&i.principal).map(|h| json!({
                         "reservation": h.reservation, "used": h.used, "memory": h.memory, "tables": h.tables,
-                        "handles": h.handles, "state": h.state, "queued": h.queued, "peak": h.peak,
+                        "handles": h.handles, "state": h.state, "queued": h.queued, "staged": h.staged, "peak": h.peak,
                         "refusals": h.refusals, "pressure_calls": h.pressure_calls,
                     })),
                     "counters": {"invocations": i.counters.invocations, "ok": i.counters.ok, "traps": i.counters.traps,

@@ -12,7 +12,7 @@
 //! stage more than it declared, and one that stalls holds its room only
 //! until the timeout.
 
-use anode_sandbox::PrincipalId;
+use anode_sandbox::{HeapCharge, PrincipalId};
 use anode_wire::control::CodeChunk;
 
 /// Most principals staging code at once.
@@ -46,12 +46,19 @@ pub(crate) enum StageError {
     /// A load with empty code before the last chunk.
     #[error("staged code incomplete: {received} of {total} bytes; the staging is dropped")]
     Incomplete { received: usize, total: usize },
+    /// The declared total does not fit in the principal's session heap
+    /// reservation, where staged code is charged until it is loaded.
+    #[error("staged code of {total} bytes does not fit in the session's heap reservation; reserve more heap first")]
+    OverHeap { total: u32 },
 }
 
 struct Staged {
     total: usize,
     buf: Vec<u8>,
     last_ms: u64,
+    /// The declared total, held in the principal's session heap while the
+    /// staging lasts (given back when it is dropped).
+    _heap: HeapCharge,
 }
 
 /// The stagings in progress.
@@ -69,13 +76,16 @@ impl core::fmt::Debug for Staging {
 }
 
 impl Staging {
-    /// Adds chunk `c` from `who`; the bytes received so far.
+    /// Adds chunk `c` from `who`; the bytes received so far. A chunk that
+    /// starts a staging takes its declared total from `who`'s session heap
+    /// with `charge` (`None`: it does not fit, and nothing is staged).
     pub(crate) fn chunk(
         &mut self,
         who: PrincipalId,
         c: &CodeChunk<'_>,
         max_code: usize,
         now_ms: u64,
+        charge: impl FnOnce(usize) -> Option<HeapCharge>,
     ) -> Result<u32, StageError> {
         self.expire(now_ms);
         let total = c.total as usize;
@@ -87,8 +97,9 @@ impl Staging {
             if self.sets.len() >= MAX_STAGINGS || self.declared.saturating_add(total) > MAX_STAGED_BYTES {
                 return Err(StageError::Full);
             }
+            let heap = charge(total).ok_or(StageError::OverHeap { total: c.total })?;
             self.declared += total;
-            self.sets.insert(who, Staged { total, buf: Vec::new(), last_ms: now_ms });
+            self.sets.insert(who, Staged { total, buf: Vec::new(), last_ms: now_ms, _heap: heap });
         }
         let Some(s) = self.sets.get_mut(&who) else {
             return Err(StageError::OutOfOrder { offset: c.offset, expected: 0 });
@@ -150,6 +161,11 @@ impl Staging {
 mod tests {
     use super::*;
 
+    /// A session heap with room for anything.
+    fn free(_: usize) -> Option<HeapCharge> {
+        Some(HeapCharge::default())
+    }
+
     const MAX: usize = 1000;
 
     fn p(n: u8) -> PrincipalId {
@@ -163,8 +179,8 @@ mod tests {
     #[test]
     fn chunks_in_order_make_the_code_once() {
         let mut s = Staging::default();
-        assert_eq!(s.chunk(p(1), &c(6, 0, b"abc"), MAX, 0), Ok(3));
-        assert_eq!(s.chunk(p(1), &c(6, 3, b"def"), MAX, 10), Ok(6));
+        assert_eq!(s.chunk(p(1), &c(6, 0, b"abc"), MAX, 0, free), Ok(3));
+        assert_eq!(s.chunk(p(1), &c(6, 3, b"def"), MAX, 10, free), Ok(6));
         assert_eq!(s.usage(), (1, 6));
         assert_eq!(s.take(p(1), 20), Ok(b"abcdef".to_vec()));
         assert_eq!(s.usage(), (0, 0));
@@ -176,8 +192,8 @@ mod tests {
         let mut s = Staging::default();
         // A gap, a repeat, a changed total, data past the total.
         for bad in [c(6, 4, b"x"), c(6, 0, b"y"), c(7, 2, b"z"), c(6, 2, b"12345")] {
-            assert_eq!(s.chunk(p(1), &c(6, 0, b"ab"), MAX, 0), Ok(2));
-            let r = s.chunk(p(1), &bad, MAX, 0);
+            assert_eq!(s.chunk(p(1), &c(6, 0, b"ab"), MAX, 0, free), Ok(2));
+            let r = s.chunk(p(1), &bad, MAX, 0, free);
             if bad.offset == 0 {
                 // Offset 0 starts over: a new staging with "y".
                 assert_eq!(r, Ok(1));
@@ -185,11 +201,15 @@ mod tests {
             } else {
                 assert!(r.is_err(), "{bad:?}: {r:?}");
                 assert_eq!(s.usage(), (0, 0), "{bad:?} dropped the staging");
-                assert_eq!(s.chunk(p(1), &c(6, 2, b"cd"), MAX, 0).map_err(|_| ()), Err(()), "nothing to continue");
+                assert_eq!(
+                    s.chunk(p(1), &c(6, 2, b"cd"), MAX, 0, free).map_err(|_| ()),
+                    Err(()),
+                    "nothing to continue"
+                );
             }
         }
         // Taking an incomplete staging ends it.
-        assert_eq!(s.chunk(p(1), &c(6, 0, b"ab"), MAX, 0), Ok(2));
+        assert_eq!(s.chunk(p(1), &c(6, 0, b"ab"), MAX, 0, free), Ok(2));
         assert_eq!(s.take(p(1), 0), Err(StageError::Incomplete { received: 2, total: 6 }));
         assert_eq!(s.usage(), (0, 0));
     }
@@ -197,35 +217,56 @@ mod tests {
     #[test]
     fn a_hostile_principal_costs_another_nothing() {
         let mut s = Staging::default();
-        assert_eq!(s.chunk(p(2), &c(4, 0, b"go"), MAX, 0), Ok(2));
+        assert_eq!(s.chunk(p(2), &c(4, 0, b"go"), MAX, 0, free), Ok(2));
         // p(1) restarts, skips, repeats, overruns and stalls, interleaved.
         for (i, bad) in
             [c(MAX as u32, 0, b"x"), c(9, 5, b"y"), c(9, 0, b"z"), c(9, 0, b"123456789+")].iter().enumerate()
         {
-            let _ = s.chunk(p(1), bad, MAX, i as u64);
+            let _ = s.chunk(p(1), bad, MAX, i as u64, free);
         }
         assert_eq!(s.take(p(1), 5), Err(StageError::Nothing), "its last attempt ran past its total");
-        assert_eq!(s.chunk(p(2), &c(4, 2, b"od"), MAX, 10), Ok(4));
+        assert_eq!(s.chunk(p(2), &c(4, 2, b"od"), MAX, 10, free), Ok(4));
         assert_eq!(s.take(p(2), 10), Ok(b"good".to_vec()), "the other's staging is whole");
     }
 
     #[test]
     fn sizes_counts_and_time_are_bounded() {
         let mut s = Staging::default();
-        assert_eq!(s.chunk(p(1), &c(0, 0, b"a"), MAX, 0), Err(StageError::TooLarge { total: 0, max: MAX }));
-        assert_eq!(s.chunk(p(1), &c(1001, 0, b"a"), MAX, 0), Err(StageError::TooLarge { total: 1001, max: MAX }));
+        assert_eq!(s.chunk(p(1), &c(0, 0, b"a"), MAX, 0, free), Err(StageError::TooLarge { total: 0, max: MAX }));
+        assert_eq!(s.chunk(p(1), &c(1001, 0, b"a"), MAX, 0, free), Err(StageError::TooLarge { total: 1001, max: MAX }));
         for n in 0..MAX_STAGINGS as u8 {
-            assert_eq!(s.chunk(p(n), &c(10, 0, b"a"), MAX, 0), Ok(1));
+            assert_eq!(s.chunk(p(n), &c(10, 0, b"a"), MAX, 0, free), Ok(1));
         }
-        assert_eq!(s.chunk(p(200), &c(10, 0, b"a"), MAX, 0), Err(StageError::Full), "one staging too many");
+        assert_eq!(s.chunk(p(200), &c(10, 0, b"a"), MAX, 0, free), Err(StageError::Full), "one staging too many");
         // A stalled staging goes after the timeout and frees its room.
-        assert_eq!(s.chunk(p(0), &c(10, 1, b"b"), MAX, STAGING_TIMEOUT_MS - 1), Ok(2));
-        assert_eq!(s.chunk(p(200), &c(10, 0, b"a"), MAX, STAGING_TIMEOUT_MS), Ok(1));
+        assert_eq!(s.chunk(p(0), &c(10, 1, b"b"), MAX, STAGING_TIMEOUT_MS - 1, free), Ok(2));
+        assert_eq!(s.chunk(p(200), &c(10, 0, b"a"), MAX, STAGING_TIMEOUT_MS, free), Ok(1));
         assert_eq!(s.usage(), (2, 20), "p(0), refreshed, and p(200)");
         // Declared bytes are bounded in total too.
         let mut s = Staging::default();
         let big = MAX_STAGED_BYTES / 2 + 1;
-        assert_eq!(s.chunk(p(1), &c(big as u32, 0, b"a"), usize::MAX, 0), Ok(1));
-        assert_eq!(s.chunk(p(2), &c(big as u32, 0, b"a"), usize::MAX, 0), Err(StageError::Full));
+        assert_eq!(s.chunk(p(1), &c(big as u32, 0, b"a"), usize::MAX, 0, free), Ok(1));
+        assert_eq!(s.chunk(p(2), &c(big as u32, 0, b"a"), usize::MAX, 0, free), Err(StageError::Full));
+    }
+
+    #[test]
+    fn a_staging_that_does_not_fit_in_the_session_heap_is_refused_and_holds_nothing() {
+        let mut s = Staging::default();
+        let full = |_: usize| None;
+        assert_eq!(s.chunk(p(1), &c(6, 0, b"abc"), MAX, 0, full), Err(StageError::OverHeap { total: 6 }));
+        assert_eq!(s.usage(), (0, 0), "nothing staged, no room taken");
+        assert_eq!(
+            s.chunk(p(1), &c(6, 3, b"def"), MAX, 0, free),
+            Err(StageError::OutOfOrder { offset: 3, expected: 0 })
+        );
+        // Room made (a larger reservation): it starts over at offset 0.
+        let mut asked = 0;
+        let room = |n: usize| {
+            asked = n;
+            free(n)
+        };
+        assert_eq!(s.chunk(p(1), &c(6, 0, b"abc"), MAX, 0, room), Ok(3));
+        assert_eq!(asked, 6, "the declared total is what the session heap is asked for");
+        assert_eq!(s.chunk(p(1), &c(6, 3, b"def"), MAX, 0, |_| panic!("asked again")), Ok(6));
     }
 }

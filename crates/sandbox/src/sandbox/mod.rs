@@ -822,6 +822,21 @@ impl Sandbox {
         (b.channels_total(), flow.and_then(|f| b.channel(f)).unwrap_or(0))
     }
 
+    /// Charges `bytes` of code that `principal` staged ahead of a load (a
+    /// module sent in chunks) to its heap account while its session holds a
+    /// heap reservation; the bytes are given back when the returned charge
+    /// drops (the load, or the staging's end). `None`: they do not fit in
+    /// the reservation (the refusal is counted on the account). Without a
+    /// session heap reservation nothing is charged (the node's own staging
+    /// limits bound the code).
+    pub fn charge_staged(&mut self, principal: PrincipalId, bytes: usize) -> Option<HeapCharge> {
+        if !self.session_heaps.contains_key(&principal) {
+            return Some(HeapCharge::default());
+        }
+        let heap = self.heap_account(principal);
+        HeapCharge::staged(&heap, bytes)
+    }
+
     /// `principal`'s heap account: its reservation, what is charged to it
     /// (memories, tables, handles, soft state, queued jobs), refusals and
     /// pressure calls (`crate::heap`). `None` before it has loaded anything.
