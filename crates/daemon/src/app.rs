@@ -465,7 +465,7 @@ impl Daemon {
         self.transmit(crate::udp::Outs::Inject);
         let outs = std::slice::from_ref(&self.inject_out);
         let mut local = Local { clients: &mut self.clients, epoll: &self.epoll, stats: &mut self.stats };
-        local.deliver(&mut self.node, &mut self.msg, outs, &self.no_input);
+        local.deliver(&mut self.node, &mut self.msg, outs, &[[0u8; 0]]);
         self.inject_out.clear();
     }
 

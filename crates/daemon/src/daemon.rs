@@ -154,7 +154,6 @@ pub struct Daemon {
     pub(crate) tx_hdrs: MultiHeaders<SockaddrStorage>,
     pub(crate) inject_out: Outbox,
     pub(crate) timer_out: Outbox,
-    pub(crate) no_input: [Vec<u8>; 1],
     /// Link-layer fragmentation and reassembly (`[node] link_mtu`).
     pub(crate) frag: crate::frag::Frag,
     /// UDP GSO and GRO per interface (`[io]`), and the I/O counters.
@@ -466,7 +465,6 @@ impl Daemon {
             }),
             inject_out: Outbox::default(),
             timer_out: Outbox::default(),
-            no_input: [Vec::new()],
             frag: crate::frag::Frag::new(cfg.link_mtu),
             offload,
             tally: crate::udp::TxTally::default(),

@@ -384,7 +384,7 @@ pub fn staging(data: &[u8]) {
         } else {
             let data = &bytes[..usize::from(op >> 2).clamp(1, 63)];
             let c = CodeChunk { total, offset, data };
-            match s.chunk(who, &c, 40_000, now, |_| Some(anode_sandbox::HeapCharge::default())) {
+            match s.chunk(who, &c, 40_000, now, |_, _| Some(anode_sandbox::HeapCharge::default())) {
                 Ok(n) => {
                     if offset == 0 {
                         totals.insert(who, total as usize);

@@ -653,7 +653,7 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
                 let quantum = u64::from(cfg.quantum);
                 // A burst is mostly of one length: its link time is
                 // divided out once per length, not per packet.
-                let mut last = (0u32, 0u64);
+                let mut last: Option<(u32, u64)> = None;
                 while let Some(&len) = lens.get(sent) {
                     let t = (*busy_until).max(now.saturating_sub(cfg.catch_up_ns));
                     if t > now || !head {
@@ -666,10 +666,14 @@ impl<K: Ord + Clone, T> LinkSched<K, T> {
                     if !(priority || (c.turn && c.deficit >= u64::from(len))) {
                         break;
                     }
-                    if last.0 != len || sent == 0 {
-                        last = (len, link_time(len, cfg.rate_bps));
-                    }
-                    let ns = last.1;
+                    let ns = match last {
+                        Some((l, ns)) if l == len => ns,
+                        _ => {
+                            let ns = link_time(len, cfg.rate_bps);
+                            last = Some((len, ns));
+                            ns
+                        }
+                    };
                     sent_one(c, stats, len, ns, false);
                     *busy_until = t.max(at).saturating_add(ns);
                     sent += 1;

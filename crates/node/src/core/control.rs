@@ -92,9 +92,8 @@ impl Node {
             (Ok(Message::CodeChunk(_)), None) => LoadReply::Refused(Refusal::UnknownPrincipal, "unknown principal"),
             (Ok(Message::CodeChunk(c)), Some(key)) => match self.modules.as_ref().map(|m| m.sb.max_module()) {
                 None => LoadReply::Refused(Refusal::NoModules, "this node runs no modules"),
-                Some(max) => match self.staging.chunk(PrincipalId(*key.as_bytes()), &c, max, now_ms, |n| {
+                Some(max) => match self.staging.chunk(PrincipalId(*key.as_bytes()), &c, max, now_ms, |who, n| {
                     // Held in the principal's session heap while staged.
-                    let who = PrincipalId(*key.as_bytes());
                     self.modules
                         .as_mut()
                         .map_or(Some(anode_sandbox::HeapCharge::default()), |m| m.sb.charge_staged(who, n))

@@ -806,22 +806,10 @@ impl Node {
             }
         }
         let Some(m) = self.modules.as_mut() else { return };
-        for p in m.sb.session_heap_principals() {
-            if !want.contains_key(&p) {
-                m.sb.set_session_heap(p, None);
-            }
-        }
-        for (p, b) in want {
-            m.sb.set_session_heap(p, Some(b));
-        }
-        for p in m.sb.session_tx_principals() {
-            if !want_tx.contains_key(&p) {
-                m.sb.set_session_tx(p, None);
-            }
-        }
-        for (p, b) in want_tx {
-            m.sb.set_session_tx(p, Some(b));
-        }
+        let had = m.sb.session_heap_principals();
+        sync_reservations(had, want, |p, b| m.sb.set_session_heap(p, b));
+        let had = m.sb.session_tx_principals();
+        sync_reservations(had, want_tx, |p, b| m.sb.set_session_tx(p, b));
     }
 
     fn authorize_session(
@@ -1169,5 +1157,21 @@ impl Node {
             "total_share_ppm": s.rcane.sched().total_share_ppm(),
             "sessions": sessions,
         }))
+    }
+}
+
+/// Makes one of the sandbox's session reservation maps `want`: clears
+/// (`set(p, None)`) the principals of `had` that `want` lacks, then sets
+/// each of `want`.
+fn sync_reservations<V>(
+    had: Vec<PrincipalId>,
+    want: HashMap<PrincipalId, V>,
+    mut set: impl FnMut(PrincipalId, Option<V>),
+) {
+    for p in had.into_iter().filter(|p| !want.contains_key(p)) {
+        set(p, None);
+    }
+    for (p, v) in want {
+        set(p, Some(v));
     }
 }

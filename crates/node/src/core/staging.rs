@@ -78,14 +78,15 @@ impl core::fmt::Debug for Staging {
 impl Staging {
     /// Adds chunk `c` from `who`; the bytes received so far. A chunk that
     /// starts a staging takes its declared total from `who`'s session heap
-    /// with `charge` (`None`: it does not fit, and nothing is staged).
+    /// with `charge(who, total)` (`None`: it does not fit, and nothing is
+    /// staged).
     pub(crate) fn chunk(
         &mut self,
         who: PrincipalId,
         c: &CodeChunk<'_>,
         max_code: usize,
         now_ms: u64,
-        charge: impl FnOnce(usize) -> Option<HeapCharge>,
+        charge: impl FnOnce(PrincipalId, usize) -> Option<HeapCharge>,
     ) -> Result<u32, StageError> {
         self.expire(now_ms);
         let total = c.total as usize;
@@ -97,7 +98,7 @@ impl Staging {
             if self.sets.len() >= MAX_STAGINGS || self.declared.saturating_add(total) > MAX_STAGED_BYTES {
                 return Err(StageError::Full);
             }
-            let heap = charge(total).ok_or(StageError::OverHeap { total: c.total })?;
+            let heap = charge(who, total).ok_or(StageError::OverHeap { total: c.total })?;
             self.declared += total;
             self.sets.insert(who, Staged { total, buf: Vec::new(), last_ms: now_ms, _heap: heap });
         }
@@ -162,7 +163,7 @@ mod tests {
     use super::*;
 
     /// A session heap with room for anything.
-    fn free(_: usize) -> Option<HeapCharge> {
+    fn free(_: PrincipalId, _: usize) -> Option<HeapCharge> {
         Some(HeapCharge::default())
     }
 
@@ -252,7 +253,7 @@ mod tests {
     #[test]
     fn a_staging_that_does_not_fit_in_the_session_heap_is_refused_and_holds_nothing() {
         let mut s = Staging::default();
-        let full = |_: usize| None;
+        let full = |_: PrincipalId, _: usize| None;
         assert_eq!(s.chunk(p(1), &c(6, 0, b"abc"), MAX, 0, full), Err(StageError::OverHeap { total: 6 }));
         assert_eq!(s.usage(), (0, 0), "nothing staged, no room taken");
         assert_eq!(
@@ -260,13 +261,13 @@ mod tests {
             Err(StageError::OutOfOrder { offset: 3, expected: 0 })
         );
         // Room made (a larger reservation): it starts over at offset 0.
-        let mut asked = 0;
-        let room = |n: usize| {
-            asked = n;
-            free(n)
+        let mut asked = None;
+        let room = |who: PrincipalId, n: usize| {
+            asked = Some((who, n));
+            free(who, n)
         };
         assert_eq!(s.chunk(p(1), &c(6, 0, b"abc"), MAX, 0, room), Ok(3));
-        assert_eq!(asked, 6, "the declared total is what the session heap is asked for");
-        assert_eq!(s.chunk(p(1), &c(6, 3, b"def"), MAX, 0, |_| panic!("asked again")), Ok(6));
+        assert_eq!(asked, Some((p(1), 6)), "the declared total is what its principal's session heap is asked for");
+        assert_eq!(s.chunk(p(1), &c(6, 3, b"def"), MAX, 0, |_, _| panic!("asked again")), Ok(6));
     }
 }

@@ -655,6 +655,19 @@ pub struct Sandbox {
     pods: Arc<crate::pods::HubLock>,
 }
 
+/// Sets `principal`'s entry of a session reservation map to `v`, or
+/// removes it with `None`.
+fn set_or_clear<V>(map: &mut HashMap<PrincipalId, V>, principal: PrincipalId, v: Option<V>) {
+    match v {
+        Some(v) => {
+            map.insert(principal, v);
+        }
+        None => {
+            map.remove(&principal);
+        }
+    }
+}
+
 impl Sandbox {
     /// A sandbox that verifies credentials against the administrator key `root`.
     pub fn new(root: RootKey, cfg: SandboxConfig, routes: Arc<dyn Routes>) -> Result<Sandbox, SetupError> {
@@ -767,14 +780,7 @@ impl Sandbox {
     /// already above it keeps what it has, and grows no more). Charging
     /// is by this reserved size, in the node's accounts.
     pub fn set_session_heap(&mut self, principal: PrincipalId, bytes: Option<usize>) {
-        match bytes {
-            Some(b) => {
-                self.session_heaps.insert(principal, b);
-            }
-            None => {
-                self.session_heaps.remove(&principal);
-            }
-        }
+        set_or_clear(&mut self.session_heaps, principal, bytes);
         if let Some(t) = self.tenants.get_mut(&principal) {
             t.session_heap = bytes;
             t.apply_cap();
@@ -787,14 +793,7 @@ impl Sandbox {
     /// (`net.channel_tx`); lowering it releases the channels that asked
     /// last until the rest fit (`crate::txbook`).
     pub fn set_session_tx(&mut self, principal: PrincipalId, bytes_per_sec: Option<u64>) {
-        match bytes_per_sec {
-            Some(b) => {
-                self.session_txs.insert(principal, b);
-            }
-            None => {
-                self.session_txs.remove(&principal);
-            }
-        }
+        set_or_clear(&mut self.session_txs, principal, bytes_per_sec);
         if let Some(t) = self.tenants.get(&principal)
             && let Ok(mut b) = t.tx.lock()
         {
@@ -838,8 +837,9 @@ impl Sandbox {
     }
 
     /// `principal`'s heap account: its reservation, what is charged to it
-    /// (memories, tables, handles, soft state, queued jobs), refusals and
-    /// pressure calls (`crate::heap`). `None` before it has loaded anything.
+    /// (memories, tables, handles, soft state, queued jobs, staged code),
+    /// refusals and pressure calls (`crate::heap`). `None` before it has
+    /// loaded or staged anything.
     pub fn heap(&self, principal: &PrincipalId) -> Option<HeapUse> {
         self.tenants.get(principal).map(|t| crate::heap::with(&t.heap, |a| a.snapshot()))
     }
