@@ -345,6 +345,9 @@ pub struct Outcome {
     pub executed: u32,
     /// Highest stack depth reached, in words.
     pub max_stack: u32,
+    /// Stack depth when the program ended, in words: the stack region's
+    /// first `depth` words are its stack then (0 after a fault).
+    pub depth: u32,
     /// Words allocated in the second heap.
     pub heap_alloc: u32,
     /// Peak execution memory in bytes: the packet plus, at its highest,
@@ -370,6 +373,7 @@ impl Default for Outcome {
             end: End::Exit,
             executed: 0,
             max_stack: 0,
+            depth: 0,
             heap_alloc: 0,
             peak_memory: 0,
             net_ops: 0,
@@ -388,6 +392,7 @@ impl Outcome {
         self.end = End::Exit;
         self.executed = 0;
         self.max_stack = 0;
+        self.depth = 0;
         self.heap_alloc = 0;
         self.peak_memory = 0;
         self.net_ops = 0;
@@ -513,6 +518,8 @@ impl TraceView<'_> {
         }
     }
 }
+
+mod fast;
 
 /// Byte order of a packet's program words.
 trait Endian {
@@ -779,7 +786,16 @@ impl Vm {
         let max_ops = ctx.interfaces();
         let mut ops: u8 = 0;
         let mut fence = 0usize;
-        let mut executed = 0u32;
+        // Instructions executed so far: `pc - entry - skipped`. Branches go
+        // forward only, so counting what they skip (at the rare taken branch)
+        // replaces an increment on every instruction.
+        let mut skipped = 0usize;
+        let entry = hdr.entry;
+        macro_rules! executed {
+            () => {
+                (pc - entry - skipped) as u32
+            };
+        }
         let mut max_sp = sp;
         let mut seg_max = sp;
         let scratch = &mut self.scratch;
@@ -804,7 +820,7 @@ impl Vm {
                     let w = code.get(pc.saturating_sub(1)).map_or(0, |b| E::get(*b));
                     tr.step(pc.saturating_sub(1), Insn::decode(w).map_err(|_| w), &view);
                 }
-                out.executed = executed;
+                out.executed = executed!();
                 return Err((f, Some(pc.saturating_sub(1) as u16)));
             }};
         }
@@ -1002,6 +1018,7 @@ impl Vm {
                 if target > code_len as i64 {
                     fail!(Fault::BranchOutOfBounds { target })
                 }
+                skipped += target as usize - pc;
                 pc = target as usize;
             }};
         }
@@ -1015,9 +1032,10 @@ impl Vm {
         }
         macro_rules! finish {
             ($end:expr) => {{
-                out.executed = executed;
+                out.executed = executed!();
                 let peak = peak.max(4 * (seg_max.saturating_sub(s0) + scratch.len()));
                 out.max_stack = max_sp.max(seg_max) as u32;
+                out.depth = sp as u32;
                 out.heap_alloc = scratch.len() as u32;
                 out.peak_memory = (hdr.len + peak) as u32;
                 out.net_ops = ops;
@@ -1028,11 +1046,23 @@ impl Vm {
         }
 
         let forward: ForwardInPlace = loop {
+            let Some(wb) = code.get(pc) else { finish!(End::Exit) };
+            let mut w = E::get(*wb);
+            // A run of stack, integer and branch instructions goes to the
+            // fast loop (`vm/fast.rs`), which stops before the first
+            // instruction it does not handle (or that would fault); that one
+            // runs here. Only a run of three or more: entering and leaving
+            // costs about as much as two instructions here. Never when
+            // tracing: the tracer sees every instruction from here.
+            if !T::ENABLED && fast::worth_it::<E>(code, pc, w, sp) {
+                let mut r = fast::Regs { pc, sp, seg_max, skipped };
+                fast::run::<E>(code, st, heapw, h0, &mut r);
+                fast::Regs { pc, sp, seg_max, skipped } = r;
+                let Some(wb) = code.get(pc) else { finish!(End::Exit) };
+                w = E::get(*wb);
+            }
             let at = pc;
-            let Some(wb) = code.get(at) else { finish!(End::Exit) };
-            let w = E::get(*wb);
             pc += 1;
-            executed += 1;
             let imm = w & IMM_MASK;
             // One jump table on the 7-bit opcode (not a decode table, then a
             // second jump table on the decoded `Op`); unassigned codes fault.
@@ -1105,7 +1135,7 @@ impl Vm {
                         (addr!(), ctx.here())
                     };
                     if ctx.is_here(dest) {
-                        continue_trace::<E, T>(tr, at, w, head, &hdr, scratch, &st[..sp], rb);
+                        continue_trace::<E, T>(tr, at, w, head, &hdr, scratch, st, sp, rb);
                         continue;
                     }
                     netop!();
@@ -1124,14 +1154,14 @@ impl Vm {
                             Err(f) => fail!(f),
                         };
                         out.actions.push(Action::Send { dest, kind: SendKind::Forward, packet: loc });
-                        continue_trace::<E, T>(tr, at, w, head, &hdr, scratch, stack, rb);
+                        continue_trace::<E, T>(tr, at, w, head, &hdr, scratch, stack, sp, rb);
                         finish!(End::Forwarded)
                     }
                     let total = sb + 4 * sp;
                     if total > mtu || sp > u16::MAX as usize {
                         fail!(Fault::PacketTooLarge { len: total, mtu })
                     }
-                    continue_trace::<E, T>(tr, at, w, head, &hdr, scratch, stack, rb);
+                    continue_trace::<E, T>(tr, at, w, head, &hdr, scratch, stack, sp, rb);
                     // The stack is already in place after the heap: only the
                     // header changes (SNAP §VI-D).
                     break ForwardInPlace { dest, src, total };
@@ -1178,11 +1208,11 @@ impl Vm {
                         Err(f) => fail!(f),
                     };
                     out.actions.push(Action::Deliver { port: port as u16, payload });
-                    continue_trace::<E, T>(tr, at, w, head, &hdr, scratch, &st[..sp], rb);
+                    continue_trace::<E, T>(tr, at, w, head, &hdr, scratch, st, sp, rb);
                     finish!(End::Delivered)
                 }
                 opc::Exit => {
-                    continue_trace::<E, T>(tr, at, w, head, &hdr, scratch, &st[..sp], rb);
+                    continue_trace::<E, T>(tr, at, w, head, &hdr, scratch, st, sp, rb);
                     finish!(End::Exit)
                 }
                 // ---- flow control ----
@@ -1506,7 +1536,7 @@ impl Vm {
                 }
                 _ => fail!(Fault::InvalidOpcode { code: op }),
             }
-            continue_trace::<E, T>(tr, at, w, head, &hdr, scratch, &st[..sp], rb);
+            continue_trace::<E, T>(tr, at, w, head, &hdr, scratch, st, sp, rb);
         };
         // In-place forward: rewrite the header fields that change.
         let mut p = Packet::new_unchecked(&mut buf[..forward.total]);
@@ -1587,10 +1617,14 @@ fn continue_trace<E: Endian, T: Tracer>(
     head: &[u8],
     hdr: &Hdr,
     scratch: &[u32],
-    stack: &[[u8; 4]],
+    st: &[[u8; 4]],
+    sp: usize,
     rb: u16,
 ) {
     if T::ENABLED {
+        // Sliced here, not by the caller: a slice taken in the argument list
+        // is checked after every instruction even when nothing is traced.
+        let stack = st.get(..sp).unwrap_or_default();
         let view =
             TraceView { head, le: E::LITTLE, heap_start: hdr.heap_start, h0: hdr.h0, scratch, stack, rb, fault: None };
         tr.step(pc, Insn::decode(w).map_err(|_| w), &view);

@@ -41,6 +41,7 @@
 //! VM copy the packet first); both runs must observe exactly the same.
 
 use anode_snap::asm::assemble;
+use anode_snap::fuzzing::traced_and_untraced_agree;
 use anode_snap::ops::{ALL_OPS, Insn, Op};
 use anode_snap::vm::{Action, End, FAULT_KINDS, SendKind, SimpleNode, TraceView, Tracer, Vm, VmConfig};
 use anode_snap::wire::{Packet, Repr};
@@ -728,6 +729,16 @@ fn run_case(case: Case) -> CaseResult {
             "{FILE}:{}: in-place and copying runs differ:\n  in place: {in_place:?}\n  copied:   {copied:?}",
             case.line
         ));
+    }
+    // The same packet with and without a tracer: the interpreter's fast loop
+    // (taken only without one) must agree with its general loop in
+    // everything observable, in place and copied.
+    let ctx = node(case.interfaces, case.now_ms);
+    let cfg = case.mtu.map_or(VmConfig::default(), |mtu| VmConfig { mtu });
+    for headroom in [0, Vm::buffer_need(bytes.len(), repr.code.len()).saturating_sub(bytes.len())] {
+        if let Err(e) = traced_and_untraced_agree(&bytes, headroom, &ctx, cfg) {
+            problems.push(format!("{FILE}:{}: {e}", case.line));
+        }
     }
     let mismatches = check(&case, &in_place);
     let mut xfailed = Vec::new();

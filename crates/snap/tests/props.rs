@@ -4,7 +4,7 @@
 //! node's network operations, and conserves the resource bound — at one
 //! node and across a whole network.
 
-use anode_snap::fuzzing::{check_invariants, parse_execute};
+use anode_snap::fuzzing::{check_invariants, parse_execute, traced_and_untraced_agree};
 use anode_snap::ops::{ALL_OPS, IMM_MASK, ImmKind, Insn, Op};
 use anode_snap::sim::Network;
 use anode_snap::value::{Tag, Value, header};
@@ -62,6 +62,85 @@ fn insn(at: usize, len: usize) -> impl Strategy<Value = u32> {
         3 => (0..ALL_OPS.len()).prop_map(|i| ALL_OPS[i]),
         2 => (0..stack_ops.len()).prop_map(move |i| stack_ops[i]),
     ];
+    with_immediate(pick, at, len)
+}
+
+/// The stack, integer, comparison, branch and blob-read instructions the
+/// interpreter's fast loop runs (`crates/snap/src/vm/fast.rs`).
+const FAST_OPS: [Op; 56] = [
+    Op::Nop,
+    Op::Push,
+    Op::PushB,
+    Op::PushU,
+    Op::Pop,
+    Op::PopI,
+    Op::Pull,
+    Op::Store,
+    Op::Slide,
+    Op::Swap,
+    Op::Bne,
+    Op::Beq,
+    Op::Ji,
+    Op::Paj,
+    Op::Depth,
+    Op::Add,
+    Op::Sub,
+    Op::Mul,
+    Op::Div,
+    Op::Mod,
+    Op::Neg,
+    Op::Abs,
+    Op::Min,
+    Op::Max,
+    Op::AddI,
+    Op::SubI,
+    Op::MulI,
+    Op::DivI,
+    Op::ModI,
+    Op::And,
+    Op::Or,
+    Op::Xor,
+    Op::Not,
+    Op::Shl,
+    Op::Shr,
+    Op::ShrU,
+    Op::AndI,
+    Op::OrI,
+    Op::XorI,
+    Op::ShlI,
+    Op::ShrI,
+    Op::LNot,
+    Op::Eq,
+    Op::Neq,
+    Op::Lt,
+    Op::Le,
+    Op::Gt,
+    Op::Ge,
+    Op::EqI,
+    Op::NeqI,
+    Op::LtI,
+    Op::LeI,
+    Op::GtI,
+    Op::GeI,
+    Op::BGet,
+    Op::BGet16,
+];
+
+/// One instruction, mostly of the fast loop's, with runs of `push` and an
+/// operator (which it runs as one) likely.
+fn fast_insn(at: usize, len: usize) -> impl Strategy<Value = u32> {
+    let fused = [Op::Push, Op::Add, Op::Sub, Op::Mul, Op::And, Op::Or, Op::Xor];
+    let pick = prop_oneof![
+        6 => (0..FAST_OPS.len()).prop_map(|i| FAST_OPS[i]),
+        3 => (0..fused.len()).prop_map(move |i| fused[i]),
+        1 => (0..ALL_OPS.len()).prop_map(|i| ALL_OPS[i]),
+    ];
+    with_immediate(pick, at, len)
+}
+
+/// `op` with an immediate valid for its kind (branches forward and in
+/// bounds) at position `at` of a program of `len` instructions.
+fn with_immediate(pick: impl Strategy<Value = Op>, at: usize, len: usize) -> impl Strategy<Value = u32> {
     (pick, any::<u32>(), -8i32..8).prop_map(move |(op, r, small)| {
         let imm: i64 = match op.imm_kind() {
             ImmKind::None => 0,
@@ -94,6 +173,26 @@ fn program() -> impl Strategy<Value = Repr> {
             port: 5,
             src: a(1),
             dst: a(1 + dst),
+            code,
+            heap: heap(),
+            stack,
+        })
+}
+
+/// Programs mostly of the fast loop's instructions on random stacks.
+fn fast_program() -> impl Strategy<Value = Repr> {
+    (1usize..80)
+        .prop_flat_map(|len| {
+            let code: Vec<_> = (0..len).map(|at| fast_insn(at, len)).collect();
+            (code, prop::collection::vec(value(), 0..12), any::<bool>())
+        })
+        .prop_map(|(code, stack, le)| Repr {
+            little_endian: le,
+            entry: 0,
+            resource_bound: 3,
+            port: 5,
+            src: a(1),
+            dst: a(2),
             code,
             heap: heap(),
             stack,
@@ -153,6 +252,25 @@ proptest! {
                     let child = Repr::parse_bytes(pb);
                     prop_assert!(child.is_ok(), "child does not parse: {:?}", child);
                     prop_assert!(child.map(|c| c.resource_bound >= 1).unwrap_or(false));
+                }
+            }
+        }
+    }
+
+    /// The interpreter's fast loop (taken only without a tracer) agrees
+    /// with its general loop in everything observable, on programs made
+    /// mostly of its instructions and on the general random programs, in
+    /// place, copied, and with a stack that can overflow.
+    #[test]
+    fn the_fast_loop_agrees_with_the_general_loop(p in fast_program(), q in program(), small_mtu in any::<bool>()) {
+        let n = node(3);
+        for r in [&p, &q] {
+            let bytes = r.to_bytes().expect("emit");
+            let mtu = if small_mtu { bytes.len() + 16 } else { VmConfig::default().mtu };
+            let cfg = VmConfig { mtu };
+            for headroom in [0, 4 * r.code.len(), 8] {
+                if let Err(e) = traced_and_untraced_agree(&bytes, headroom, &n, cfg) {
+                    prop_assert!(false, "{}", e);
                 }
             }
         }
