@@ -238,6 +238,26 @@ fn alu_packet(total: usize) -> Snap {
     Snap::new(packet(a(1), a(1), code, vec![], vec![]), a(1), Restore::Rb)
 }
 
+/// Two 200-instruction programs that isolate the dispatch from the mix:
+/// `push 1`, 198 × `addi 3`, `exit` (one instruction repeated, so its
+/// indirect branch is always predicted), and `push 1`, 66 × (`push k; add;
+/// andi 0xffff`), `exit` (a three-instruction cycle).
+fn dispatch_packets() -> [(&'static str, Snap); 2] {
+    let one = |code: Vec<u32>| {
+        assert_eq!(code.len(), 200);
+        Snap::new(packet(a(1), a(1), code, vec![], vec![]), a(1), Restore::Rb)
+    };
+    let mut addi = vec![insn(Op::Push, 1)];
+    addi.extend(std::iter::repeat_n(insn(Op::AddI, 3), 198));
+    addi.push(insn(Op::Exit, 0));
+    let mut cycle = vec![insn(Op::Push, 1)];
+    for k in 0..66 {
+        cycle.extend([insn(Op::Push, k), insn(Op::Add, 0), insn(Op::AndI, 0xffff)]);
+    }
+    cycle.push(insn(Op::Exit, 0));
+    [("snap_200_addi_repeated", one(addi)), ("snap_200_push_add_andi", one(cycle))]
+}
+
 /// The longest straight-line program a default-MTU packet can carry.
 fn longest_alu() -> usize {
     (VmConfig::default().mtu - HEADER_LEN) / 4
@@ -339,6 +359,11 @@ fn bench_alu(c: &mut Criterion) {
         s.check(End::Exit, n as u32);
         g.throughput(Throughput::Elements(n as u64));
         g.bench_function(format!("snap_{n}_insns"), |b| b.iter(|| s.run()));
+    }
+    for (name, mut s) in dispatch_packets() {
+        s.check(End::Exit, 200);
+        g.throughput(Throughput::Elements(200));
+        g.bench_function(name, |b| b.iter(|| s.run()));
     }
     g.finish();
 }
@@ -581,6 +606,7 @@ fn run_plain(n: u64) {
     cases.push(("alu/200".into(), alu_packet(200)));
     cases.push((format!("alu/{}", longest_alu()), alu_packet(longest_alu())));
     cases.push(("udp_filter/snap".into(), filter_packet(&udp_frame())));
+    cases.extend(dispatch_packets().into_iter().map(|(k, s)| (format!("alu/{k}"), s)));
     let only = std::env::var("SNAP_BENCH_ONLY").unwrap_or_default();
     for (name, s) in cases.iter_mut().filter(|(k, _)| k.contains(only.as_str())) {
         let mut total = 0u64;
