@@ -65,6 +65,27 @@ pub struct ReceiveArgs {
     out: PathBuf,
 }
 
+/// `anode experiment fig12-wire`.
+#[derive(Debug, clap::Args)]
+pub struct WireArgs {
+    /// A capture (pcap or pcapng) of the link into the receiving node,
+    /// taken by the kernel (`dumpcap -i lo`), with the senders' tags in the
+    /// clear (`--security authenticate`) and one datagram per packet
+    /// (`--no-gso`).
+    #[arg(long)]
+    pcap: PathBuf,
+    /// The receiving node's link port: UDP datagrams to it are counted.
+    #[arg(long)]
+    port: u16,
+    /// Where the sender's tag lies in the UDP payload: ANEP 8 + AH 12 +
+    /// inner ANEP 8 + plain header 12 = 40 with `authenticate`.
+    #[arg(long, default_value_t = 40)]
+    tag_offset: usize,
+    /// Output: the receiver's format, one line per datagram (`unix_ns,tag,len`).
+    #[arg(short, long)]
+    out: PathBuf,
+}
+
 /// `anode experiment fig12`.
 #[derive(Debug, clap::Args)]
 pub struct Fig12Args {
@@ -162,6 +183,49 @@ pub fn receive(a: ReceiveArgs) -> Result<std::process::ExitCode> {
     }
     w.flush()?;
     eprintln!("{} packets in {:.1} s", got.len(), a.seconds);
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `anode experiment fig12-wire`: the arrivals at the receiving node's link
+/// socket as the kernel timestamped them, in the receiver's format, so that
+/// `anode experiment fig12` can read them instead of the application's.
+pub fn wire(a: WireArgs) -> Result<std::process::ExitCode> {
+    let f = std::fs::File::open(&a.pcap).with_context(|| format!("reading {}", a.pcap.display()))?;
+    let mut cap = anode_monitor::CaptureReader::new(std::io::BufReader::new(f))
+        .with_context(|| format!("{} is not a capture", a.pcap.display()))?;
+    let (mut kept, mut other, mut short, mut gso) = (0u64, 0u64, 0u64, 0u64);
+    let mut w = std::io::BufWriter::new(std::fs::File::create(&a.out)?);
+    writeln!(w, "unix_ns,tag,len")?;
+    while let Some(frame) = cap.next_frame().with_context(|| format!("reading {}", a.pcap.display()))? {
+        let Ok(p) = anode_monitor::parse::parse(&frame) else {
+            other += 1;
+            continue;
+        };
+        if !matches!(p.l4, anode_monitor::parse::L4::Udp { dport, .. } if dport == a.port) {
+            other += 1;
+            continue;
+        }
+        // A datagram longer than an IPv4 MTU is a GSO run that the kernel
+        // did not split on loopback: its segments would share one time.
+        if p.payload_len > 1472 {
+            gso += 1;
+            continue;
+        }
+        let Some(&tag) = p.payload.get(a.tag_offset) else {
+            short += 1;
+            continue;
+        };
+        kept += 1;
+        writeln!(w, "{},{},{}", p.ts_ns, char::from(tag), p.payload_len)?;
+    }
+    w.flush()?;
+    eprintln!(
+        "{kept} datagrams to port {} kept; {other} other frames, {short} too short for the tag, {gso} GSO runs skipped",
+        a.port
+    );
+    if gso > 0 {
+        bail!("{gso} GSO runs in the capture: take it from a testbed started with --no-gso");
+    }
     Ok(std::process::ExitCode::SUCCESS)
 }
 

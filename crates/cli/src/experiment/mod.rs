@@ -11,7 +11,7 @@
 //! - `fig16-node`: RCANE Fig. 16 on a testbed of real daemons.
 //! - `fig15`: RCANE Fig. 15 (memory with ARM) in the sandbox.
 //! - `fig15-node`: RCANE Fig. 15 on a testbed of real daemons.
-//! - `fig12`, `fig12-module`, `fig12-receive`: RCANE Fig. 12 (transmit
+//! - `fig12`, `fig12-module`, `fig12-receive`, `fig12-wire`: RCANE Fig. 12 (transmit
 //!   reservations per link) on real daemons, with `scripts/fig12`.
 //! - `transcoder`: Expert's tiered transcoder (Table 3, Fig. 4) on real
 //!   daemons, with `scripts/transcoder`.
@@ -88,6 +88,10 @@ pub enum ExperimentCmd {
     /// every packet by sender tag.
     #[command(name = "fig12-receive")]
     Fig12Receive(fig12::ReceiveArgs),
+    /// The Fig. 12 arrivals at the receiving node's link socket, from a
+    /// kernel capture of the link, in the receiver's format.
+    #[command(name = "fig12-wire")]
+    Fig12Wire(fig12::WireArgs),
     /// Expert's tiered transcoder on a testbed of real daemons: one
     /// configuration, Table 3 (CPU) and Fig. 4 (per-tier rates), path-based
     /// against all-in-one (docs/transcoder.md).
@@ -119,6 +123,7 @@ pub fn run(c: ExperimentCmd) -> Result<std::process::ExitCode> {
         ExperimentCmd::Fig12(a) => fig12::run(a),
         ExperimentCmd::Fig12Module(a) => fig12::module(a),
         ExperimentCmd::Fig12Receive(a) => fig12::receive(a),
+        ExperimentCmd::Fig12Wire(a) => fig12::wire(a),
         ExperimentCmd::Transcoder(a) => transcoder::run(a),
         ExperimentCmd::FromPeriods(a) => periods::run(a),
         ExperimentCmd::PlotFig11 { csv, output } => {
