@@ -52,11 +52,6 @@ pub(super) struct Regs {
 const PAST_END: [u8; 4] = [0xff; 4];
 const _: () = assert!(!FAST[127]);
 
-/// The opcode of [`PAST_END`].
-const fn opc_past_end() -> u8 {
-    (u32::from_be_bytes(PAST_END) >> 25) as u8
-}
-
 /// Whether the fast loop handles opcode `op` (when it would not fault).
 pub(super) const FAST: [bool; 128] = {
     let mut t = [false; 128];
@@ -165,7 +160,7 @@ pub(super) fn run<E: Endian>(code: &[[u8; 4]], st: &mut [[u8; 4]], heap: &[[u8; 
         // Past the end of the code, a word whose opcode (127) the loop does
         // not handle, so that it ends (a select: no branch to predict).
         let w = E::get(*code.get(pc).unwrap_or(&PAST_END));
-        let imm = w & IMM_MASK;
+        let (op, imm) = ((w >> 25) as u8, w & IMM_MASK);
         // Each arm checks everything first and breaks (handing the
         // instruction to the general loop) before it changes any state.
         //
@@ -279,13 +274,15 @@ pub(super) fn run<E: Endian>(code: &[[u8; 4]], st: &mut [[u8; 4]], heap: &[[u8; 
                 E::get(*b)
             }};
         }
-        match (w >> 25) as u8 {
+        match op {
             opc::Nop => {}
             opc::Push => {
                 // `push k` and an arithmetic or bitwise operator after it run
                 // as one, without the stack round trip (the value `k` would
                 // have gone to a slot above the top, which nothing reads).
-                let next = code.get(pc + 1).map_or(opc_past_end(), |b| (E::get(*b) >> 25) as u8);
+                // Past the end, [`PAST_END`]'s opcode (a branch here: a
+                // select and a load cost the ALU program 0.5 Ir per instruction).
+                let next = code.get(pc + 1).map_or(127, |b| (E::get(*b) >> 25) as u8);
                 let fused = match next {
                     opc::Add => Some(tos.wrapping_add(imm)),
                     opc::Sub => Some(tos.wrapping_sub(imm)),
@@ -339,16 +336,14 @@ pub(super) fn run<E: Endian>(code: &[[u8; 4]], st: &mut [[u8; 4]], heap: &[[u8; 
             opc::Store => {
                 // Pops the top into the word `imm + 1` below the new top.
                 let Some(i) = sp.checked_sub(imm as usize + 2) else { break };
-                if imm == 0 {
-                    // Into the new top itself.
-                    sp -= 1;
-                } else {
+                // With `imm` 0, into the new top itself: `tos` stays.
+                if imm != 0 {
                     let new_top = second!();
                     let Some(b) = st.get_mut(i) else { break };
                     *b = E::put(tos);
                     tos = new_top;
-                    sp -= 1;
                 }
+                sp -= 1;
             }
             opc::Slide => {
                 // The top moves down `imm` words, dropping those: in a
@@ -404,7 +399,7 @@ pub(super) fn run<E: Endian>(code: &[[u8; 4]], st: &mut [[u8; 4]], heap: &[[u8; 
                 if b == 0 {
                     break;
                 }
-                let div = (w >> 25) as u8 == opc::Div;
+                let div = op == opc::Div;
                 top2!(|a, b| Value::int(if div { a.wrapping_div(b) } else { a.wrapping_rem(b) }))
             }
             opc::Neg => ring1!(|a| a.wrapping_neg()),
@@ -419,7 +414,7 @@ pub(super) fn run<E: Endian>(code: &[[u8; 4]], st: &mut [[u8; 4]], heap: &[[u8; 
                 if b == 0 {
                     break;
                 }
-                let div = (w >> 25) as u8 == opc::DivI;
+                let div = op == opc::DivI;
                 top1!(|a| Value::int(if div { a.wrapping_div(b) } else { a.wrapping_rem(b) }))
             }
             opc::And => ring2!(|a, b| a & b),
@@ -448,7 +443,7 @@ pub(super) fn run<E: Endian>(code: &[[u8; 4]], st: &mut [[u8; 4]], heap: &[[u8; 
                 } else {
                     false
                 };
-                tos = Value::bool(same == ((w >> 25) as u8 == opc::Eq)).0;
+                tos = Value::bool(same == (op == opc::Eq)).0;
                 sp -= 1;
             }
             opc::Lt => top2!(|a, b| Value::bool(a < b)),
