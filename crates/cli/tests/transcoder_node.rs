@@ -130,21 +130,27 @@ fn check(dir: &Path) -> BTreeMap<u64, BTreeMap<u32, Vec<u8>>> {
     all
 }
 
-#[test]
-fn every_client_gets_decodable_frames_of_its_tier_in_both_variants() {
-    let out = std::env::temp_dir().join(format!("anode-test-transcoder-{}", std::process::id()));
+/// Runs `anode experiment transcoder` (the debug build's receive-path VP)
+/// with `args` into `out`; panics with its output if it fails.
+fn transcoder(out: &Path, args: &[&str]) {
     let o = Command::new(ANODE)
-        // The debug build's VPs: a silver frame costs about 2.4 ms here.
-        .args(["experiment", "transcoder", "--steps", "one", "--seconds", "3", "--dump"])
-        .args(["--rx-vp", "3ms/26ms", "--silver-vp", "2500us/26ms"])
+        .args(["experiment", "transcoder", "--rx-vp", "3ms/26ms"])
+        .args(args)
         .arg("--modules")
         .arg(modules())
         .arg("-o")
-        .arg(&out)
+        .arg(out)
         .output()
         .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert!(o.status.success(), "{text}");
+}
+
+#[test]
+fn every_client_gets_decodable_frames_of_its_tier_in_both_variants() {
+    let out = std::env::temp_dir().join(format!("anode-test-transcoder-{}", std::process::id()));
+    // The debug build's VPs: a silver frame costs about 2.4 ms here.
+    transcoder(&out, &["--steps", "one", "--seconds", "3", "--dump", "--silver-vp", "2500us/26ms"]);
     let csv = std::fs::read_to_string(out.join("transcoder-one.csv")).unwrap();
     assert_eq!(csv.lines().count(), 3, "{csv}");
     let path = check(&out.join("one-path-based"));
@@ -168,5 +174,45 @@ fn every_client_gets_decodable_frames_of_its_tier_in_both_variants() {
             assert_eq!(path[&port][&s], all[&port][&s], "port {port}, frame {s}");
         }
     }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// `--side-by-side`: both variants on one node at once, each with its own
+/// clients, fed by the same source packets; each row's CPU is what the
+/// node charged that variant's sessions, which is part of the node's
+/// process CPU, and both variants served their clients.
+#[test]
+fn side_by_side_serves_both_variants_and_charges_each_its_own_cpu() {
+    let out = std::env::temp_dir().join(format!("anode-test-transcoder-side-{}", std::process::id()));
+    let side = ["--table3", "1", "--side-by-side", "--silver-vp", "2500us/26ms+extra"];
+    transcoder(&out, &[&["--steps", "table3", "--seconds", "3"][..], &side].concat());
+    let csv = std::fs::read_to_string(out.join("transcoder-table3.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("no column {name}: {csv}"));
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 2, "{csv}");
+    let mut variants: Vec<&str> = rows.iter().map(|r| r[col("variant")]).collect();
+    variants.sort_unstable();
+    assert_eq!(variants, ["all-in-one", "path-based"], "{csv}");
+    let f = |r: &Vec<&str>, c: &str| r[col(c)].parse::<f64>().unwrap();
+    let mut charged = 0.0;
+    for r in &rows {
+        assert_eq!(r[col("cpu_measure")], "charged", "{csv}");
+        assert_eq!(f(r, "cpu_pct"), f(r, "charged_cpu_pct"), "{csv}");
+        // Each variant worked (a debug build's silver frame is ~2.4 ms of
+        // 26 ms) and its clients got frames of every tier.
+        assert!(f(r, "charged_cpu_pct") > 1.0, "{csv}");
+        assert!(f(r, "min_received_fraction") > 0.0, "{csv}");
+        for t in ["gold_kbps", "silver_kbps", "bronze_kbps"] {
+            assert!(f(r, t) > 0.0, "{t}: {csv}");
+        }
+        charged += f(r, "charged_cpu_pct");
+    }
+    // Both variants' charges are parts of the one node's CPU.
+    assert!(charged <= f(&rows[0], "node_cpu_pct") + 0.01, "{csv}");
+    assert_eq!(f(&rows[0], "node_cpu_pct"), f(&rows[1], "node_cpu_pct"), "{csv}");
+    let summary = std::fs::read_to_string(out.join("transcoder-table3-summary.csv")).unwrap();
+    assert_eq!(summary.lines().count(), 2, "{summary}");
     let _ = std::fs::remove_dir_all(&out);
 }

@@ -31,7 +31,20 @@
 //! 192 kbit/s MP3 frame]` (rusty_mp3, from tones and noise, as the sandbox
 //! test does) every 26.12 ms to c; the clients are ports registered at a,
 //! counted per second and per stream. CPU is node c's process CPU
-//! (`/proc/PID/task/*/schedstat`, ns) over the measured window.
+//! (`/proc/PID/task/*/schedstat`, ns) over the measured window; each run
+//! also records what c charged the variant's sessions (RCANE's accounting:
+//! the thread CPU time of each dispatch), so that node − charged is the
+//! work outside dispatches (receiving, transmitting, timers).
+//!
+//! **Side by side** (`--side-by-side`, Table 3 only): both variants on the
+//! same node at the same time, each with its own principals, sessions and
+//! clients (the all-in-one's on ports [`SIDE_OFFSET`] higher, its module
+//! user w's), fed by the same source packets (a packet for the source port
+//! goes to every channel that matches it, so to both `tc-rx` and
+//! `tc-all`). A variant's CPU is then what c charged its sessions: the
+//! machine's drift between runs, which moves single runs by ±15 % here,
+//! is the same for both. It measures the work inside dispatches only, and
+//! holds while the two together leave c's module thread unsaturated.
 //!
 //! Steps: `one` (1 gold, 1 silver, 1 bronze, both variants), `table3` (1
 //! gold + 1 bronze + k silver), `fig4` (5 gold + 1 bronze + rising silver).
@@ -58,6 +71,9 @@ const CLIENT_SETUP: u16 = 7001;
 const PATH_PORT: u16 = 7100;
 /// The first client port at a.
 const CLIENT_BASE: u16 = 5000;
+/// In side-by-side runs, the all-in-one's clients are this far above the
+/// path-based variant's.
+const SIDE_OFFSET: u16 = 500;
 /// Packets one invocation may send on c (`[modules] max_sends`): more than
 /// the all-in-one's clients (one packet each per frame).
 const MAX_SENDS: u32 = 256;
@@ -127,6 +143,28 @@ pub struct TranscoderArgs {
     /// order alternates from one repetition to the next.
     #[arg(long, default_value_t = 1)]
     repeat: u32,
+    /// Table 3 with both variants on the same node at the same time, fed
+    /// by the same source packets (each has its own clients): each
+    /// variant's CPU is what the node charged its sessions over the window
+    /// (RCANE's accounting), so the machine's drift from run to run, which
+    /// moves single runs by ±15 % here, is the same for both.
+    #[arg(long)]
+    side_by_side: bool,
+    /// The all-in-one's VP in `--side-by-side` runs, where both variants'
+    /// guarantees must fit the node's admission limit (80 %) together: 30
+    /// % fits up to 5 silver streams. Give it a guarantee that covers its
+    /// work: on slack it is cut at every timer and packet of the other
+    /// variant, and pays for the extra dispatches and cold caches (a slack
+    /// VP made it look 5-6 % dearer; docs/transcoder.md).
+    #[arg(long, default_value = "30ms/100ms")]
+    side_all_vp: String,
+    /// Node a's `--spin-us` (the clients' node; default: its config's).
+    /// Above the spacing of c's packets (10000), a polls its sockets
+    /// instead of sleeping, so c's sends never wake it: on loopback the
+    /// receiver's wakeup happens, and is billed, inside the sender's send
+    /// call. A diagnostic: a then keeps a CPU busy.
+    #[arg(long, value_name = "US")]
+    receiver_spin_us: Option<u64>,
     /// Directory of the transcoder modules (`scripts/setup` builds them).
     #[arg(long, default_value = "modules/out")]
     modules: PathBuf,
@@ -185,8 +223,13 @@ fn key_of(port: u16) -> [u8; 16] {
 }
 
 fn streams(gold: u16, silver: u16, bronze: u16) -> Vec<Stream> {
+    streams_from(CLIENT_BASE, gold, silver, bronze)
+}
+
+/// [`streams`] with client ports from `base`.
+fn streams_from(base: u16, gold: u16, silver: u16, bronze: u16) -> Vec<Stream> {
     let mut v = Vec::new();
-    let mut port = CLIENT_BASE;
+    let mut port = base;
     for (tier, n) in [(Tier::Gold, gold), (Tier::Silver, silver), (Tier::Bronze, bronze)] {
         for _ in 0..n {
             let key = (tier != Tier::Bronze).then(|| key_of(port));
@@ -234,6 +277,8 @@ struct Bed {
     anode: PathBuf,
     dir: PathBuf,
     c_pid: u32,
+    /// Node a's `--spin-us`, if set.
+    a_spin_us: Option<u64>,
 }
 
 impl Bed {
@@ -255,7 +300,7 @@ impl Bed {
     fn plan(anode: PathBuf, dir: PathBuf) -> Result<Bed> {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let bed = Bed { anode, dir, c_pid: 0 };
+        let bed = Bed { anode, dir, c_pid: 0, a_spin_us: None };
         let topo = bed.dir.join("line2.toml");
         std::fs::write(
             &topo,
@@ -312,6 +357,9 @@ impl Bed {
             let log = std::fs::File::create(nd.join("node.log"))?;
             let mut cmd = Command::new(&self.anode);
             cmd.arg("node").arg("--config").arg(nd.join("node.toml"));
+            if let (true, Some(us)) = (n == "a", self.a_spin_us) {
+                cmd.arg("--spin-us").arg(us.to_string());
+            }
             cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
             std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
             let child = cmd.spawn().with_context(|| format!("starting node {n}"))?;
@@ -456,7 +504,16 @@ struct RunResult {
     /// Per client port, per second since the start: frames received.
     per_second: BTreeMap<u16, Vec<u64>>,
     window_s: f64,
+    /// The variant's CPU over the window: node c's process CPU when it ran
+    /// alone, what c charged its sessions when both ran side by side.
     cpu_ns: u64,
+    /// Node c's process CPU over the window.
+    node_cpu_ns: u64,
+    /// What c charged the variant's sessions over the window (RCANE's
+    /// accounting: each dispatch's thread CPU time).
+    charged_ns: u64,
+    /// Whether both variants ran side by side.
+    side: bool,
     load1: String,
     counters: serde_json::Value,
 }
@@ -465,6 +522,14 @@ impl RunResult {
     /// CPU % of one core over the window.
     fn cpu_pct(&self) -> f64 {
         self.cpu_ns as f64 / 1e7 / self.window_s
+    }
+    /// Node c's process CPU % of one core over the window.
+    fn node_cpu_pct(&self) -> f64 {
+        self.node_cpu_ns as f64 / 1e7 / self.window_s
+    }
+    /// What c charged the variant's sessions, % of one core.
+    fn charged_pct(&self) -> f64 {
+        self.charged_ns as f64 / 1e7 / self.window_s
     }
     /// The smallest fraction of the window's frames any client received.
     fn min_fraction(&self) -> f64 {
@@ -492,7 +557,7 @@ struct Rx {
     dump: BTreeMap<u16, Vec<u8>>,
 }
 
-/// One run on a fresh testbed.
+/// One run of one variant on a fresh testbed.
 fn run_one(
     a: &TranscoderArgs,
     variant: Variant,
@@ -500,56 +565,106 @@ fn run_one(
     silver_vp: &str,
     dump: Option<&Path>,
 ) -> Result<RunResult> {
+    let mut r = run_set(a, vec![(variant, streams)], silver_vp, &a.all_vp, dump)?;
+    r.pop().ok_or_else(|| anyhow!("no result"))
+}
+
+/// The CPU node c has charged so far to the sessions of each set of
+/// principals (hex), ns (guaranteed and slack time).
+fn charged_ns(bed: &Bed, owners: &[Vec<String>]) -> Result<Vec<u64>> {
+    let status = bed.status()?;
+    let sessions = status["rcane"]["sessions"].as_array().ok_or_else(|| anyhow!("c's status has no sessions"))?;
+    owners
+        .iter()
+        .map(|set| {
+            let mine: Vec<&serde_json::Value> =
+                sessions.iter().filter(|s| s["owner"].as_str().is_some_and(|o| set.iter().any(|p| p == o))).collect();
+            if mine.len() != set.len() {
+                bail!("c has {} sessions of the {} principals of a variant", mine.len(), set.len());
+            }
+            Ok(mine
+                .iter()
+                .map(|s| {
+                    let c = &s["charges"];
+                    c["cpu_guaranteed_ns"].as_u64().unwrap_or(0) + c["cpu_slack_ns"].as_u64().unwrap_or(0)
+                })
+                .sum())
+        })
+        .collect()
+}
+
+/// One run on a fresh testbed: one variant, or both side by side (each
+/// with its own streams, on distinct client ports, fed by the same source
+/// packets). One result per variant, in `set`'s order. A variant's CPU is
+/// the node's process CPU when it runs alone, and what the node charged
+/// its sessions when both run.
+fn run_set(
+    a: &TranscoderArgs,
+    set: Vec<(Variant, Vec<Stream>)>,
+    silver_vp: &str,
+    all_vp: &str,
+    dump: Option<&Path>,
+) -> Result<Vec<RunResult>> {
     let anode = std::env::current_exe().context("locating the anode executable")?;
     let work = std::env::temp_dir().join(format!("anode-transcoder-{}", std::process::id()));
     let mut bed = Bed::plan(anode, work)?;
+    bed.a_spin_us = a.receiver_spin_us;
     let c_log = bed.dir.join("tb/c/node.log");
     let modules = std::fs::canonicalize(&a.modules)
         .with_context(|| format!("{} (build the modules with scripts/setup)", a.modules.display()))?;
+    let no_streams = Vec::new();
+    let path_streams = set.iter().find(|(v, _)| *v == Variant::Path).map_or(&no_streams, |(_, s)| s);
     let paths: Vec<&Stream> = {
-        let mut v: Vec<&Stream> = streams.iter().filter(|s| s.tier != Tier::Bronze).collect();
-        v.extend(streams.iter().find(|s| s.tier == Tier::Bronze));
+        let mut v: Vec<&Stream> = path_streams.iter().filter(|s| s.tier != Tier::Bronze).collect();
+        v.extend(path_streams.iter().find(|s| s.tier == Tier::Bronze));
         v
     };
     // `anode module load` carries a module in one control datagram (at
     // most 64 KiB): the codecs are larger, so c loads them from its config.
     let mut extra = String::new();
-    match variant {
-        Variant::Path => {
-            // The receive path is user r's and path i user p<i>'s: each in
-            // its own session of one VP, hence its own store.
-            extra.push_str(&bed.session("r", std::slice::from_ref(&a.rx_vp))?);
-            let mut owners = Vec::new();
-            for (i, s) in paths.iter().enumerate() {
-                let p = format!("p{i}");
-                bed.cmd(&["keys", "gen", "--name", &p, "--out", &bed.p("")])?;
-                let vp: &str = match s.tier {
-                    Tier::Gold => &a.gold_vp,
-                    Tier::Silver => silver_vp,
-                    Tier::Bronze => &a.bronze_vp,
-                };
-                extra.push_str(&bed.session(&p, &[vp.to_string()])?);
-                owners.push(bed.user_hex(&p)?);
+    let mut owners = Vec::new();
+    for (variant, _) in &set {
+        match variant {
+            Variant::Path => {
+                // The receive path is user r's and path i user p<i>'s: each in
+                // its own session of one VP, hence its own store.
+                extra.push_str(&bed.session("r", std::slice::from_ref(&a.rx_vp))?);
+                let mut mine = vec![bed.user_hex("r")?];
+                for (i, s) in paths.iter().enumerate() {
+                    let p = format!("p{i}");
+                    bed.cmd(&["keys", "gen", "--name", &p, "--out", &bed.p("")])?;
+                    let vp: &str = match s.tier {
+                        Tier::Gold => &a.gold_vp,
+                        Tier::Silver => silver_vp,
+                        Tier::Bronze => &a.bronze_vp,
+                    };
+                    extra.push_str(&bed.session(&p, &[vp.to_string()])?);
+                    mine.push(bed.user_hex(&p)?);
+                }
+                for (i, pod) in ["gold", "silver", "bronze"].iter().enumerate() {
+                    extra.push_str(&bed.load("u", &modules, "tc-cache", Some((pod, &[])), i)?);
+                }
+                extra.push_str(&bed.load("u", &modules, "tc-aes", Some(("aes", &mine[1..])), 0)?);
+                extra.push_str(&bed.load("r", &modules, "tc-rx", None, 0)?);
+                for i in 0..paths.len() {
+                    extra.push_str(&bed.load(&format!("p{i}"), &modules, "tc-path", None, i)?);
+                }
+                owners.push(mine);
             }
-            for (i, pod) in ["gold", "silver", "bronze"].iter().enumerate() {
-                extra.push_str(&bed.load("u", &modules, "tc-cache", Some((pod, &[])), i)?);
+            Variant::All => {
+                // User w's: not the pods' owner u, so that its session is its own.
+                bed.cmd(&["keys", "gen", "--name", "w", "--out", &bed.p("")])?;
+                extra.push_str(&bed.session("w", &[all_vp.to_string()])?);
+                extra.push_str(&bed.load("w", &modules, "tc-all", None, 0)?);
+                owners.push(vec![bed.user_hex("w")?]);
             }
-            extra.push_str(&bed.load("u", &modules, "tc-aes", Some(("aes", &owners)), 0)?);
-            extra.push_str(&bed.load("r", &modules, "tc-rx", None, 0)?);
-            for i in 0..paths.len() {
-                extra.push_str(&bed.load(&format!("p{i}"), &modules, "tc-path", None, i)?);
-            }
-        }
-        Variant::All => {
-            extra.push_str(&bed.session("u", std::slice::from_ref(&a.all_vp))?);
-            extra.push_str(&bed.load("u", &modules, "tc-all", None, 0)?);
         }
     }
     bed.start(&extra)?;
     // The clients at a.
     let c = Ipv4Addr::new(10, 0, 0, 3);
     let mut rxc = Client::connect(bed.dir.join("tb/a")).map_err(|e| anyhow!("a's application socket: {e}"))?;
-    for s in &streams {
+    for s in set.iter().flat_map(|(_, s)| s) {
         rxc.register(s.port).map_err(|e| anyhow!("registering port {} at a: {e}", s.port))?;
     }
     let mut tx = Client::connect(bed.dir.join("tb/a")).map_err(|e| anyhow!("a's application socket: {e}"))?;
@@ -564,33 +679,35 @@ fn run_one(
         std::thread::sleep(Duration::from_millis(100));
     }
     // Set-ups, then a moment for them to run.
-    match variant {
-        Variant::Path => {
-            let mut bronze_path = None;
-            let mut n = 0u16;
-            for s in &streams {
-                let idx = match (s.tier, bronze_path) {
-                    (Tier::Bronze, Some(i)) => i,
-                    (Tier::Bronze, None) => {
-                        bronze_path = Some(paths.len() as u16 - 1);
-                        paths.len() as u16 - 1
+    for (variant, streams) in &set {
+        match variant {
+            Variant::Path => {
+                let mut bronze_path = None;
+                let mut n = 0u16;
+                for s in streams {
+                    let idx = match (s.tier, bronze_path) {
+                        (Tier::Bronze, Some(i)) => i,
+                        (Tier::Bronze, None) => {
+                            bronze_path = Some(paths.len() as u16 - 1);
+                            paths.len() as u16 - 1
+                        }
+                        _ => {
+                            n += 1;
+                            n - 1
+                        }
+                    };
+                    let mut p = vec![b'S'];
+                    p.extend_from_slice(&setup_bytes(s));
+                    tx.plain(c, PATH_PORT + idx, 64, &p).map_err(|e| anyhow!("set-up: {e}"))?;
+                    if a.wake == Wake::Alarm {
+                        tx.plain(c, PATH_PORT + idx, 64, &[b'A', ALARM_MS]).map_err(|e| anyhow!("alarm: {e}"))?;
                     }
-                    _ => {
-                        n += 1;
-                        n - 1
-                    }
-                };
-                let mut p = vec![b'S'];
-                p.extend_from_slice(&setup_bytes(s));
-                tx.plain(c, PATH_PORT + idx, 64, &p).map_err(|e| anyhow!("set-up: {e}"))?;
-                if a.wake == Wake::Alarm {
-                    tx.plain(c, PATH_PORT + idx, 64, &[b'A', ALARM_MS]).map_err(|e| anyhow!("alarm: {e}"))?;
                 }
             }
-        }
-        Variant::All => {
-            for s in &streams {
-                tx.plain(c, CLIENT_SETUP, 64, &setup_bytes(s)).map_err(|e| anyhow!("set-up: {e}"))?;
+            Variant::All => {
+                for s in streams {
+                    tx.plain(c, CLIENT_SETUP, 64, &setup_bytes(s)).map_err(|e| anyhow!("set-up: {e}"))?;
+                }
             }
         }
     }
@@ -626,13 +743,16 @@ fn run_one(
             Ok(())
         })
     };
-    let ticks: Vec<u16> = match variant {
-        Variant::Path if a.wake == Wake::Tick => (0..paths.len() as u16).map(|i| PATH_PORT + i).collect(),
-        Variant::Path | Variant::All => Vec::new(),
+    let ticks: Vec<u16> = if a.wake == Wake::Tick && !paths.is_empty() {
+        (0..paths.len() as u16).map(|i| PATH_PORT + i).collect()
+    } else {
+        Vec::new()
     };
-    let (mut cpu0, mut t0) = (0, start);
+    let side = set.len() > 1;
+    let (mut cpu0, mut t0, mut charged0) = (0, start, vec![0; owners.len()]);
     for i in 0..n {
         if i == warm {
+            charged0 = charged_ns(&bed, &owners)?;
             cpu0 = node_cpu_ns(bed.c_pid);
             t0 = Instant::now();
         }
@@ -661,6 +781,7 @@ fn run_one(
     // The window ends a frame after the last one.
     std::thread::sleep(FRAME);
     let (cpu1, t1) = (node_cpu_ns(bed.c_pid), Instant::now());
+    let charged1 = charged_ns(&bed, &owners)?;
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
     receiver.join().map_err(|_| anyhow!("the receiver thread panicked"))??;
@@ -671,51 +792,59 @@ fn run_one(
         .map(|s| json!({"jobs_busy": s["rcane"]["counters"]["jobs_busy"], "channels": s["modules"]["channels"]}))
         .unwrap_or(serde_json::Value::Null);
     let r = state.lock().map_err(|_| anyhow!("poisoned"))?;
-    let mut got = BTreeMap::new();
-    let mut per_second = BTreeMap::new();
-    for s in &streams {
-        let seen = r.seen.get(&s.port);
-        let in_window: Vec<usize> = seen.map(|m| m.range(warm..n).map(|(_, l)| *l).collect()).unwrap_or_default();
-        got.insert(s.port, (in_window.len() as u64, in_window.iter().map(|l| *l as u64).sum()));
-        let mut secs = vec![0u64; a.seconds.ceil() as usize + 1];
-        for t in r.arrivals.get(&s.port).into_iter().flatten() {
-            if let Some(c) = secs.get_mut(*t as usize) {
-                *c += 1;
-            }
-        }
-        per_second.insert(s.port, secs);
-    }
     if let Some(d) = dump {
         std::fs::create_dir_all(d)?;
         for (port, bytes) in &r.dump {
             std::fs::write(d.join(format!("client-{port}.bin")), bytes)?;
         }
-        let clients: Vec<serde_json::Value> = streams
+        let clients: Vec<serde_json::Value> = set
             .iter()
+            .flat_map(|(_, s)| s)
             .map(|s| {
                 json!({"port": s.port, "tier": s.tier.name(),
                        "key": s.key.map(|k| k.iter().map(|b| format!("{b:02x}")).collect::<String>())})
             })
             .collect();
         std::fs::write(d.join("clients.json"), serde_json::to_string_pretty(&json!({"clients": clients}))?)?;
-    }
-    let logs = std::fs::read_to_string(bed.dir.join("tb/c/node.log")).unwrap_or_default();
-    if let Some(d) = dump {
+        let logs = std::fs::read_to_string(bed.dir.join("tb/c/node.log")).unwrap_or_default();
         std::fs::write(d.join("node-c.log"), logs)?;
         std::fs::write(d.join("node-c-status.json"), serde_json::to_string_pretty(&counters)?)?;
     }
-    Ok(RunResult {
-        rep: 0,
-        variant,
-        streams,
-        sent: u64::from(n - warm),
-        got,
-        per_second,
-        window_s: t1.duration_since(t0).as_secs_f64(),
-        cpu_ns: cpu1.saturating_sub(cpu0),
-        load1,
-        counters,
-    })
+    let node_cpu_ns = cpu1.saturating_sub(cpu0);
+    let mut out = Vec::new();
+    for (i, (variant, streams)) in set.into_iter().enumerate() {
+        let mut got = BTreeMap::new();
+        let mut per_second = BTreeMap::new();
+        for s in &streams {
+            let seen = r.seen.get(&s.port);
+            let in_window: Vec<usize> = seen.map(|m| m.range(warm..n).map(|(_, l)| *l).collect()).unwrap_or_default();
+            got.insert(s.port, (in_window.len() as u64, in_window.iter().map(|l| *l as u64).sum()));
+            let mut secs = vec![0u64; a.seconds.ceil() as usize + 1];
+            for t in r.arrivals.get(&s.port).into_iter().flatten() {
+                if let Some(c) = secs.get_mut(*t as usize) {
+                    *c += 1;
+                }
+            }
+            per_second.insert(s.port, secs);
+        }
+        let charged_ns = charged1.get(i).copied().unwrap_or(0).saturating_sub(charged0.get(i).copied().unwrap_or(0));
+        out.push(RunResult {
+            rep: 0,
+            variant,
+            streams,
+            sent: u64::from(n - warm),
+            got,
+            per_second,
+            window_s: t1.duration_since(t0).as_secs_f64(),
+            cpu_ns: if side { charged_ns } else { node_cpu_ns },
+            node_cpu_ns,
+            charged_ns,
+            side,
+            load1: load1.clone(),
+            counters: counters.clone(),
+        });
+    }
+    Ok(out)
 }
 
 fn summary_line(r: &RunResult) -> String {
@@ -724,10 +853,13 @@ fn summary_line(r: &RunResult) -> String {
         .filter_map(|t| r.tier_kbps(*t).map(|k| format!("{} {k:.1} kbit/s", t.name())))
         .collect();
     format!(
-        "{} {} streams: CPU {:.1} %, min received {:.3}, {}; load {}; jobs_busy {}",
+        "{} {} streams: CPU {:.1} % {} (node {:.1} %, charged {:.1} %), min received {:.3}, {}; load {}; jobs_busy {}",
         r.variant.name(),
         r.streams.len(),
         r.cpu_pct(),
+        if r.side { "charged, side by side" } else { "node" },
+        r.node_cpu_pct(),
+        r.charged_pct(),
         r.min_fraction(),
         tiers.join(", "),
         r.load1,
@@ -742,7 +874,7 @@ fn count(r: &RunResult, t: Tier) -> usize {
 fn csv_row(r: &RunResult) -> String {
     let k = |t| r.tier_kbps(t).map_or(String::new(), |v| format!("{v:.2}"));
     format!(
-        "{},{},{},{},{:.3},{:.2},{:.4},{},{},{},{},{},{}\n",
+        "{},{},{},{},{:.3},{:.2},{:.4},{},{},{},{},{},{},{},{:.2},{:.2}\n",
         r.variant.name(),
         count(r, Tier::Gold),
         count(r, Tier::Silver),
@@ -755,11 +887,14 @@ fn csv_row(r: &RunResult) -> String {
         k(Tier::Bronze),
         r.load1,
         r.counters["jobs_busy"],
-        r.rep
+        r.rep,
+        if r.side { "charged" } else { "process" },
+        r.node_cpu_pct(),
+        r.charged_pct()
     )
 }
 
-const HEADER: &str = "variant,gold,silver,bronze,window_s,cpu_pct,min_received_fraction,gold_kbps,silver_kbps,bronze_kbps,load1,jobs_busy,rep\n";
+const HEADER: &str = "variant,gold,silver,bronze,window_s,cpu_pct,min_received_fraction,gold_kbps,silver_kbps,bronze_kbps,load1,jobs_busy,rep,cpu_measure,node_cpu_pct,charged_cpu_pct\n";
 
 /// `anode experiment transcoder`.
 pub fn run(a: TranscoderArgs) -> Result<std::process::ExitCode> {
@@ -798,6 +933,21 @@ pub fn run(a: TranscoderArgs) -> Result<std::process::ExitCode> {
         let mut rows = Vec::new();
         let mut csv = String::from(HEADER);
         for &k in &a.table3 {
+            if a.side_by_side {
+                for rep in 0..a.repeat.max(1) {
+                    let set = vec![
+                        (Variant::Path, streams(1, k, 1)),
+                        (Variant::All, streams_from(CLIENT_BASE + SIDE_OFFSET, 1, k, 1)),
+                    ];
+                    for mut r in run_set(&a, set, &a.silver_vp, &a.side_all_vp, None)? {
+                        r.rep = rep;
+                        eprintln!("table3 k={k} run {rep}: {}", summary_line(&r));
+                        csv.push_str(&csv_row(&r));
+                        rows.push(r);
+                    }
+                }
+                continue;
+            }
             for (rep, v) in repetitions(a.repeat) {
                 let mut r = run_one(&a, v, streams(1, k, 1), &a.silver_vp, None)?;
                 r.rep = rep;
@@ -854,14 +1004,16 @@ fn median_of(rows: &[RunResult], variant: Variant, k: usize, f: impl Fn(&RunResu
 }
 
 /// Table 3 per silver count: each variant's median CPU over its runs, the
-/// ratio of the medians, the range of the per-repetition ratios, and
-/// whether every run was loss-free (`min_received_fraction` 1).
+/// ratio of the medians, the range of the per-repetition ratios, whether
+/// every run was loss-free (`min_received_fraction` 1), and, for runs of
+/// one variant at a time, each variant's median CPU outside dispatches
+/// (node − charged: receiving, transmitting, timers, the loop).
 fn table3_summary(rows: &[RunResult]) -> String {
     let mut ks: Vec<usize> = rows.iter().map(|r| count(r, Tier::Silver)).collect();
     ks.sort_unstable();
     ks.dedup();
     let mut out = String::from(
-        "silver,runs,path_cpu_pct_median,all_cpu_pct_median,path_over_all,ratio_min,ratio_max,loss_free\n",
+        "silver,runs,path_cpu_pct_median,all_cpu_pct_median,path_over_all,ratio_min,ratio_max,loss_free,path_outside_pct_median,all_outside_pct_median\n",
     );
     for k in ks {
         let (Some(p), Some(a)) = (
@@ -885,7 +1037,20 @@ fn table3_summary(rows: &[RunResult]) -> String {
         let hi = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let loss_free =
             rows.iter().filter(|r| count(r, Tier::Silver) == k).all(|r| r.min_fraction() >= 1.0 - f64::EPSILON);
-        out.push_str(&format!("{k},{},{p:.2},{a:.2},{:.4},{lo:.4},{hi:.4},{loss_free}\n", reps.len(), p / a));
+        // CPU outside dispatches (node − charged), per variant: only when
+        // each ran alone (side by side, the node's is shared).
+        let outside = |v: Variant| {
+            median_of(rows, v, k, |r| r.node_cpu_pct() - r.charged_pct())
+                .filter(|_| rows.iter().all(|r| !r.side))
+                .map_or(String::new(), |x| format!("{x:.2}"))
+        };
+        out.push_str(&format!(
+            "{k},{},{p:.2},{a:.2},{:.4},{lo:.4},{hi:.4},{loss_free},{},{}\n",
+            reps.len(),
+            p / a,
+            outside(Variant::Path),
+            outside(Variant::All)
+        ));
     }
     out
 }
@@ -910,7 +1075,14 @@ fn plot_table3(rows: &[RunResult], out: &Path) -> Result<()> {
     let xmax = rows.iter().map(|r| count(r, Tier::Silver)).max().unwrap_or(1) as f64 + 0.5;
     let ymax = rows.iter().map(RunResult::cpu_pct).fold(10.0, f64::max) * 1.15;
     let mut c = ChartBuilder::on(&root)
-        .caption("Table 3: node CPU, 1 gold + 1 bronze + k silver (% of one core)", ("sans-serif", 18))
+        .caption(
+            if rows.iter().any(|r| r.side) {
+                "Table 3 side by side: CPU charged to each variant, 1 gold + 1 bronze + k silver (% of one core)"
+            } else {
+                "Table 3: node CPU, 1 gold + 1 bronze + k silver (% of one core)"
+            },
+            ("sans-serif", 18),
+        )
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(55)
@@ -994,5 +1166,45 @@ mod tests {
         let b = setup_bytes(&s[0]);
         assert_eq!((b.len(), b[0], &b[1..5], u16::from_be_bytes([b[5], b[6]])), (23, 0, &[10, 0, 0, 1][..], 5000));
         assert_eq!(setup_bytes(&s[6]).len(), 7);
+    }
+
+    fn result(variant: Variant, rep: u32, node: f64, charged: f64, side: bool) -> RunResult {
+        let cpu = if side { charged } else { node };
+        RunResult {
+            variant,
+            rep,
+            streams: streams(1, 2, 1),
+            sent: 10,
+            got: BTreeMap::new(),
+            per_second: BTreeMap::new(),
+            window_s: 1.0,
+            cpu_ns: (cpu * 1e7) as u64,
+            node_cpu_ns: (node * 1e7) as u64,
+            charged_ns: (charged * 1e7) as u64,
+            side,
+            load1: "0".into(),
+            counters: serde_json::Value::Null,
+        }
+    }
+
+    #[test]
+    fn the_table3_summary_gives_the_cpu_outside_dispatches_only_for_variants_run_alone() {
+        let alone = [
+            result(Variant::Path, 0, 12.0, 10.0, false),
+            result(Variant::All, 0, 10.5, 10.0, false),
+            result(Variant::All, 1, 11.5, 11.0, false),
+            result(Variant::Path, 1, 14.0, 11.0, false),
+        ];
+        let s = table3_summary(&alone);
+        let row: Vec<&str> = s.lines().nth(1).unwrap().split(',').collect();
+        // Medians: path 13 (of 12, 14), all 11 (of 10.5, 11.5); per
+        // repetition 12/10.5 and 14/11.5; outside: path 2.5, all 0.5.
+        assert_eq!(row[..5], ["2", "2", "13.00", "11.00", format!("{:.4}", 13.0 / 11.0).as_str()], "{s}");
+        assert_eq!(row[8..], ["2.50", "0.50"], "{s}");
+        let side = [result(Variant::Path, 0, 30.0, 14.0, true), result(Variant::All, 0, 30.0, 14.0, true)];
+        let s = table3_summary(&side);
+        let row: Vec<&str> = s.lines().nth(1).unwrap().split(',').collect();
+        assert_eq!(row[2..5], ["14.00", "14.00", "1.0000"], "{s}");
+        assert_eq!(row[8..], ["", ""], "the node's CPU outside dispatches is shared: {s}");
     }
 }
