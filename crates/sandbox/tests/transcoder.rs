@@ -12,12 +12,10 @@ mod common;
 use std::net::Ipv4Addr;
 
 use aes::cipher::{KeyIvInit, StreamCipher};
-use anode_cred::{
-    ChannelGrant, Credential, GrantSpec, Interface, InterfaceSet, Limits, ModuleGrant, ModuleHash, PrincipalId,
-    RequestedLimits,
-};
-use anode_sandbox::pods::{E_REFUSED, E_TRAP, OnFault};
-use anode_sandbox::{Action, LoadSpec, ModuleId, PodSpec, Sandbox};
+use anode_cred::{ChannelGrant, PrincipalId, RequestedLimits};
+use anode_sandbox::pods::{E_REFUSED, E_TRAP};
+use anode_sandbox::{Action, LoadSpec, ModuleId, Sandbox};
+use common::tc::{codec_sandbox, load_granted, load_pod, packet, setup_bytes, source};
 use common::*;
 
 type Aes128Ctr = ctr::Ctr128BE<aes::Aes128>;
@@ -25,44 +23,6 @@ type Aes128Ctr = ctr::Ctr128BE<aes::Aes128>;
 const GOLD: u8 = 0;
 const SILVER: u8 = 1;
 const BRONZE: u8 = 2;
-
-/// `n` frames of 192 kbit/s MPEG-1 stereo at 44.1 kHz (rusty_mp3, frame
-/// level) from two tone mixtures and a little noise.
-fn source(n: usize) -> Vec<Vec<u8>> {
-    let h = rusty_mp3::encoder_header(44_100, 2, 192).unwrap();
-    let mut enc = rusty_mp3::Mp3Encode::new();
-    let mut seed = 12345u32;
-    (0..n)
-        .map(|f| {
-            let (mut l, mut r) = (vec![0f32; 1152], vec![0f32; 1152]);
-            for i in 0..1152 {
-                let t = (f * 1152 + i) as f32 / 44_100.0;
-                seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-                let noise = ((seed >> 9) as f32 / (1u32 << 23) as f32 - 0.5) * 0.02;
-                let m = |hz: f32| (2.0 * std::f32::consts::PI * hz * t).sin();
-                l[i] = 0.3 * m(220.0) + 0.1 * m(660.0) + noise;
-                r[i] = 0.3 * m(330.0) + 0.1 * m(1100.0) + noise;
-            }
-            enc.encode_frame(&h, &[&l, &r], None).unwrap()
-        })
-        .collect()
-}
-
-fn packet(seq: u32, frame: &[u8]) -> Vec<u8> {
-    let mut p = seq.to_be_bytes().to_vec();
-    p.extend_from_slice(frame);
-    p
-}
-
-fn setup_bytes(tier: u8, port: u16, key: Option<[u8; 16]>) -> Vec<u8> {
-    let mut v = vec![tier];
-    v.extend_from_slice(&[10, 0, 0, 9]);
-    v.extend_from_slice(&port.to_be_bytes());
-    if let Some(k) = key {
-        v.extend_from_slice(&k);
-    }
-    v
-}
 
 fn decrypt(key: &[u8; 16], seq: u32, body: &[u8]) -> Vec<u8> {
     let mut iv = [0u8; 16];
@@ -81,72 +41,8 @@ fn decode(frame: &[u8]) -> Option<(usize, u8, u32)> {
     (i.samples_produced > 0).then_some((i.samples_produced, i.channels.num(), i.sample_rate))
 }
 
-/// A sandbox whose node allows 500 M fuel per invocation: the default
-/// node maximum (10 M) is less than a silver encode (about 12 M units).
-fn codec_sandbox() -> Sandbox {
-    let mut cfg = anode_sandbox::SandboxConfig::default();
-    cfg.verifier.node_limits.cpu = 500_000_000;
-    sandbox_with(cfg, line_routes(1, 1))
-}
-
-/// A credential for `p` to load `code` with `net`, `pod` and `time` (a
-/// path's self-wake alarm), and room for
-/// a codec: 500 M fuel per invocation (the admin credential's 10 M is less
-/// than a silver encode), 32 MiB of memory.
-fn codec_cred(p: PrincipalId, code: &[u8]) -> Credential {
-    let spec = GrantSpec {
-        modules: vec![ModuleGrant::Hash(ModuleHash::of(code))],
-        interfaces: InterfaceSet::of(&[Interface::Net, Interface::Pod, Interface::Time]),
-        limits: Limits { memory: 32 << 20, cpu: 500_000_000, state: 4096 },
-        expires: None,
-    };
-    issuer().issue(p, &spec).unwrap()
-}
-
 fn load(sb: &mut Sandbox, name: &str, local: &str) -> ModuleId {
     load_granted(sb, name, local, &[])
-}
-
-/// [`load`] with these channel grants in the credential (none: any channel).
-fn load_granted(sb: &mut Sandbox, name: &str, local: &str, grants: &[ChannelGrant]) -> ModuleId {
-    let code = module(name);
-    let cred = if grants.is_empty() {
-        codec_cred(user(), &code)
-    } else {
-        let spec = GrantSpec {
-            modules: vec![ModuleGrant::Hash(ModuleHash::of(&code))],
-            interfaces: InterfaceSet::of(&[Interface::Net, Interface::Pod, Interface::Time]),
-            limits: Limits { memory: 32 << 20, cpu: 500_000_000, state: 4096 },
-            expires: None,
-        };
-        issuer().issue_channels(user(), &spec, grants).unwrap()
-    };
-    let c = cred.to_bytes();
-    let spec = LoadSpec {
-        code: &code,
-        credential: Some(c),
-        requester: None,
-        local_name: Some(local),
-        limits: RequestedLimits::default(),
-    };
-    sb.load(now(0), &spec).unwrap()
-}
-
-fn load_pod(sb: &mut Sandbox, name: &str, as_name: &str, clients: Option<Vec<PrincipalId>>) {
-    let code = module(name);
-    let cred = codec_cred(user(), &code);
-    let c = cred.to_bytes();
-    let spec = PodSpec {
-        code: &code,
-        credential: Some(c),
-        requester: None,
-        name: as_name,
-        limits: RequestedLimits::default(),
-        clients,
-        on_fault: OnFault::Reset,
-        min_fuel: 0,
-    };
-    sb.load_pod(now(0), &spec).unwrap();
 }
 
 /// Invokes `entry` and returns its result and the packets it sent, by port.

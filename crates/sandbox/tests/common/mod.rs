@@ -2,6 +2,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod heap;
+pub mod tc;
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
