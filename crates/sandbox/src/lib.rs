@@ -55,6 +55,16 @@ pub use txbook::{Flow, TxBook, TxBookError};
 /// Most entries one module may register.
 pub const MAX_ENTRIES: usize = 32;
 
+/// For profiling, on every engine the node makes (its modules' and its
+/// pods'): with `ANODE_WASM_PERFMAP` set, wasmtime writes
+/// `/tmp/perf-PID.map`, so that `perf report` names wasm functions
+/// (docs/node.md 7.4).
+pub(crate) fn perf_map_if_asked(c: &mut wasmtime::Config) {
+    if std::env::var_os("ANODE_WASM_PERFMAP").is_some() {
+        c.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
+}
+
 /// The time of an event: the node's monotonic milliseconds (alarms, rate
 /// limits, `time.now_ms`) and wall-clock time (credential expiry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -603,10 +603,7 @@ impl PodHub {
         c.consume_fuel(true);
         c.max_wasm_stack(POD_WASM_STACK);
         c.native_unwind_info(false);
-        // As the modules' engine (`Sandbox::new`): named wasm functions for perf.
-        if std::env::var_os("ANODE_WASM_PERFMAP").is_some() {
-            c.profiler(wasmtime::ProfilingStrategy::PerfMap);
-        }
+        crate::perf_map_if_asked(&mut c);
         let engine = Engine::new(&c).map_err(|e| HubSetupError(format!("{e:#}")))?;
         let mut linker = Linker::new(&engine);
         define_pod(&mut linker).map_err(|e| HubSetupError(format!("{e:#}")))?;

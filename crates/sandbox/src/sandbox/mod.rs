@@ -684,11 +684,7 @@ impl Sandbox {
             }
         }
         c.max_wasm_stack(256 * 1024);
-        // For profiling: with ANODE_WASM_PERFMAP set, wasmtime writes
-        // /tmp/perf-PID.map, so that `perf report` names wasm functions.
-        if std::env::var_os("ANODE_WASM_PERFMAP").is_some() {
-            c.profiler(wasmtime::ProfilingStrategy::PerfMap);
-        }
+        crate::perf_map_if_asked(&mut c);
         // No .eh_frame for JIT code: libgcc registers and deregisters unwind info
         // in a linked list, so with it on every module load or eviction cost grew
         // with the number of cached modules (measured: 1.7 -> 3.2 ms per cold
