@@ -504,9 +504,6 @@ struct RunResult {
     /// Per client port, per second since the start: frames received.
     per_second: BTreeMap<u16, Vec<u64>>,
     window_s: f64,
-    /// The variant's CPU over the window: node c's process CPU when it ran
-    /// alone, what c charged its sessions when both ran side by side.
-    cpu_ns: u64,
     /// Node c's process CPU over the window.
     node_cpu_ns: u64,
     /// What c charged the variant's sessions over the window (RCANE's
@@ -519,9 +516,11 @@ struct RunResult {
 }
 
 impl RunResult {
-    /// CPU % of one core over the window.
+    /// The variant's CPU, % of one core over the window: node c's process
+    /// CPU when it ran alone, what c charged its sessions when both ran
+    /// side by side.
     fn cpu_pct(&self) -> f64 {
-        self.cpu_ns as f64 / 1e7 / self.window_s
+        if self.side { self.charged_pct() } else { self.node_cpu_pct() }
     }
     /// Node c's process CPU % of one core over the window.
     fn node_cpu_pct(&self) -> f64 {
@@ -743,11 +742,8 @@ fn run_set(
             Ok(())
         })
     };
-    let ticks: Vec<u16> = if a.wake == Wake::Tick && !paths.is_empty() {
-        (0..paths.len() as u16).map(|i| PATH_PORT + i).collect()
-    } else {
-        Vec::new()
-    };
+    let ticks: Vec<u16> =
+        if a.wake == Wake::Tick { (0..paths.len() as u16).map(|i| PATH_PORT + i).collect() } else { Vec::new() };
     let side = set.len() > 1;
     let (mut cpu0, mut t0, mut charged0) = (0, start, vec![0; owners.len()]);
     for i in 0..n {
@@ -836,7 +832,6 @@ fn run_set(
             got,
             per_second,
             window_s: t1.duration_since(t0).as_secs_f64(),
-            cpu_ns: if side { charged_ns } else { node_cpu_ns },
             node_cpu_ns,
             charged_ns,
             side,
@@ -1169,7 +1164,6 @@ mod tests {
     }
 
     fn result(variant: Variant, rep: u32, node: f64, charged: f64, side: bool) -> RunResult {
-        let cpu = if side { charged } else { node };
         RunResult {
             variant,
             rep,
@@ -1178,7 +1172,6 @@ mod tests {
             got: BTreeMap::new(),
             per_second: BTreeMap::new(),
             window_s: 1.0,
-            cpu_ns: (cpu * 1e7) as u64,
             node_cpu_ns: (node * 1e7) as u64,
             charged_ns: (charged * 1e7) as u64,
             side,
