@@ -29,7 +29,7 @@ use std::time::Instant;
 
 use anode_sandbox::{Action, ModuleId, Sandbox};
 use common::now;
-use common::tc::{codec_sandbox, load_granted, load_pod, packet, setup_bytes, source};
+use common::tc::{codec_sandbox, load, load_pod, packet, setup_bytes, source};
 
 const GOLD: u8 = 0;
 const SILVER: u8 = 1;
@@ -38,10 +38,6 @@ const BRONZE: u8 = 2;
 const BLOCK: usize = 16;
 /// Source frames (the stream repeats them with rising sequence numbers).
 const SOURCE: usize = 48;
-
-fn load(sb: &mut Sandbox, name: &str, local: &str) -> ModuleId {
-    load_granted(sb, name, local, &[])
-}
 
 fn run(sb: &mut Sandbox, m: ModuleId, entry: &str, input: &[u8], out: &mut Vec<Action>) -> i32 {
     out.clear();
@@ -154,7 +150,7 @@ fn main() {
     };
     let mut out = Vec::new();
     println!(
-        "silver | path-based us/frame | all-in-one us/frame | path / all | rx | gold path | bronze path | per silver path (path-based) | per silver client (all-in-one, marginal)"
+        "silver | path-based us/frame | all-in-one us/frame | path / all | rx | gold path | bronze path | per silver path"
     );
     let mut per_all = Vec::new();
     for &k in &silver {
@@ -194,7 +190,7 @@ fn main() {
         };
         per_all.push((k, am));
         println!(
-            "{k} | {:.1} | {:.1} | {rm:.3} (blocks {:.3}-{:.3}) | {:.1} | {:.1} | {:.1} | {:.1} |",
+            "{k} | {:.1} | {:.1} | {rm:.3} (blocks {:.3}-{:.3}) | {:.1} | {:.1} | {:.1} | {:.1}",
             pm * 1e6,
             am * 1e6,
             ratios.iter().copied().fold(f64::INFINITY, f64::min),

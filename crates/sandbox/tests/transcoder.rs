@@ -15,7 +15,7 @@ use aes::cipher::{KeyIvInit, StreamCipher};
 use anode_cred::{ChannelGrant, PrincipalId, RequestedLimits};
 use anode_sandbox::pods::{E_REFUSED, E_TRAP};
 use anode_sandbox::{Action, LoadSpec, ModuleId, Sandbox};
-use common::tc::{codec_sandbox, load_granted, load_pod, packet, setup_bytes, source};
+use common::tc::{codec_sandbox, load, load_granted, load_pod, packet, setup_bytes, source};
 use common::*;
 
 type Aes128Ctr = ctr::Ctr128BE<aes::Aes128>;
@@ -39,10 +39,6 @@ fn decode(frame: &[u8]) -> Option<(usize, u8, u32)> {
     let (_, r) = d.decode(frame, &mut pcm);
     let i = r.ok()?;
     (i.samples_produced > 0).then_some((i.samples_produced, i.channels.num(), i.sample_rate))
-}
-
-fn load(sb: &mut Sandbox, name: &str, local: &str) -> ModuleId {
-    load_granted(sb, name, local, &[])
 }
 
 /// Invokes `entry` and returns its result and the packets it sent, by port.

@@ -72,6 +72,11 @@ pub fn codec_cred(p: PrincipalId, code: &[u8]) -> Credential {
     issuer().issue(p, &spec).unwrap()
 }
 
+/// Loads example module `name` as `local` (any channel).
+pub fn load(sb: &mut Sandbox, name: &str, local: &str) -> ModuleId {
+    load_granted(sb, name, local, &[])
+}
+
 /// Loads example module `name` as `local`, with these channel grants in
 /// its credential (none: any channel).
 pub fn load_granted(sb: &mut Sandbox, name: &str, local: &str, grants: &[ChannelGrant]) -> ModuleId {
